@@ -1,0 +1,188 @@
+//! Element types of tensors and the type-promotion rules shared by every stage.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The element type of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DType {
+    /// Boolean (stored as one byte, 0 or 1).
+    Bool,
+    /// 32-bit signed integer.
+    I32,
+    /// 64-bit signed integer.
+    I64,
+    /// IEEE half precision (`half::f16`).
+    F16,
+    /// bfloat16 (`half::bf16`).
+    BF16,
+    /// IEEE single precision.
+    F32,
+    /// IEEE double precision.
+    F64,
+}
+
+/// The promotion category of a dtype: bool < integer < floating point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Category {
+    /// `bool`.
+    Bool,
+    /// `i32`, `i64`.
+    Int,
+    /// `f16`, `bf16`, `f32`, `f64`.
+    Float,
+}
+
+impl DType {
+    /// Every dtype, in a stable order (useful for tests and tables).
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+    ];
+
+    /// The dtype that floating-point results of integer inputs get (as `torch.get_default_dtype()`).
+    pub const DEFAULT_FLOAT: DType = DType::F32;
+
+    /// The name used in the textual IR (`f32`, `bf16`, `bool`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::Bool => 1,
+            DType::F16 | DType::BF16 => 2,
+            DType::I32 | DType::F32 => 4,
+            DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// The promotion category.
+    pub fn category(self) -> Category {
+        match self {
+            DType::Bool => Category::Bool,
+            DType::I32 | DType::I64 => Category::Int,
+            _ => Category::Float,
+        }
+    }
+
+    /// True for f16, bf16, f32 and f64.
+    pub fn is_float(self) -> bool {
+        self.category() == Category::Float
+    }
+
+    /// True for i32 and i64.
+    pub fn is_int(self) -> bool {
+        self.category() == Category::Int
+    }
+
+    /// The smallest dtype both `self` and `other` convert to without changing category
+    /// downwards, as `torch.promote_types` (f16 with bf16 gives f32).
+    pub fn promote(self, other: DType) -> DType {
+        use DType::*;
+        if self == other {
+            return self;
+        }
+        match (self.category(), other.category()) {
+            (a, b) if a > b => self,
+            (a, b) if a < b => other,
+            (Category::Float, _) => match (self, other) {
+                (F16, BF16) | (BF16, F16) => F32,
+                _ => {
+                    if self.size_bytes() >= other.size_bytes() {
+                        self
+                    } else {
+                        other
+                    }
+                }
+            },
+            _ => {
+                if self.size_bytes() >= other.size_bytes() {
+                    self
+                } else {
+                    other
+                }
+            }
+        }
+    }
+
+    /// Rounds an f64 to the nearest value representable in this dtype, with the
+    /// conversion rules of a cast (float to int truncates toward zero and saturates,
+    /// NaN to int gives 0, anything non-zero to bool gives 1).
+    pub fn round_f64(self, v: f64) -> f64 {
+        match self {
+            DType::F64 => v,
+            DType::F32 => v as f32 as f64,
+            DType::F16 => half::f16::from_f64(v).to_f64(),
+            DType::BF16 => half::bf16::from_f64(v).to_f64(),
+            DType::I32 => v as i32 as f64,
+            DType::I64 => v as i64 as f64,
+            DType::Bool => {
+                if v != 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| format!("unknown dtype `{s}`"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promotion_follows_torch() {
+        use DType::*;
+        assert_eq!(F16.promote(BF16), F32);
+        assert_eq!(I32.promote(F16), F16);
+        assert_eq!(I32.promote(I64), I64);
+        assert_eq!(Bool.promote(I32), I32);
+        assert_eq!(F64.promote(F32), F64);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
+    }
+
+    #[test]
+    fn rounding_casts() {
+        assert_eq!(DType::I32.round_f64(-2.7), -2.0);
+        assert_eq!(DType::Bool.round_f64(-0.5), 1.0);
+        assert_eq!(DType::F32.round_f64(0.1), 0.1f32 as f64);
+    }
+}

@@ -1,0 +1,29 @@
+//! kiln's graph IR.
+//!
+//! * [`DType`], [`Dim`], [`Shape`], [`TensorType`]: what a value is.
+//! * [`Op`]: the closed op set, with names and attributes as data.
+//! * [`infer()`]: PyTorch's typing rules for every op (shared by the verifier, the eager
+//!   runtime and the tracer).
+//! * [`Graph`]: nodes in an arena with typed ids, named inputs, ordered outputs.
+//! * [`verify()`]: the graph invariants.
+//! * [`rng`]: the counter-based random generator that eager and the interpreter share.
+
+mod dtype;
+mod graph;
+pub mod infer;
+pub mod math;
+mod op;
+pub mod rng;
+mod scalar;
+pub mod shape;
+mod types;
+mod verify;
+
+pub use dtype::{Category, DType};
+pub use graph::{Arg, Graph, GraphError, Node, NodeId};
+pub use infer::{infer, result_type, TypeError};
+pub use op::{AttrValue, BinaryOp, InplaceOp, Op, OpParseError, ReduceOp, UnaryOp};
+pub use scalar::{format_float, Scalar};
+pub use shape::{broadcast, Dim, Shape};
+pub use types::{ArgType, TensorType};
+pub use verify::{verify, VerifyError};
