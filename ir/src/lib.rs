@@ -11,12 +11,14 @@
 mod dtype;
 mod graph;
 pub mod infer;
+pub mod interp;
 pub mod math;
 mod op;
 pub mod rng;
 mod scalar;
 pub mod shape;
 mod types;
+pub mod text;
 mod verify;
 
 pub use dtype::{Category, DType};

@@ -1,0 +1,1 @@
+//! The reference interpreter (being written).

@@ -1,0 +1,1 @@
+//! The textual IR: printer and parser (being written).
