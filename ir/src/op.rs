@@ -110,9 +110,7 @@ impl UnaryOp {
             Erf => crate::math::erf(x),
             Sigmoid => 1.0 / (1.0 + (-x).exp()),
             Relu => {
-                if x > 0.0 {
-                    x
-                } else if x.is_nan() {
+                if x > 0.0 || x.is_nan() {
                     x
                 } else {
                     0.0

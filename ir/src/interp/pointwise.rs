@@ -1,0 +1,125 @@
+//! Pointwise ops (unary, binary, where), in-place updates and creation ops.
+
+use super::index::{broadcast_strides, for_each_offsets};
+use super::{tensor, Fail, Operand, Out, Value};
+use crate::{result_type, rng, BinaryOp, InplaceOp, Scalar, UnaryOp};
+use std::borrow::Cow;
+
+/// An operand read with broadcasting into the output shape: its data (a scalar becomes a
+/// one-element vector) and its strides over the output dims.
+struct Bcast<'a> {
+    data: Cow<'a, [f64]>,
+    strides: Vec<usize>,
+}
+
+fn bcast<'a>(a: Operand<'a>, out: &[usize]) -> Bcast<'a> {
+    match a {
+        Operand::Tensor(v) => Bcast {
+            data: Cow::Borrowed(&v.data),
+            strides: broadcast_strides(&v.shape, out),
+        },
+        Operand::Scalar(s) => Bcast {
+            data: Cow::Owned(vec![s.to_f64()]),
+            strides: vec![0; out.len()],
+        },
+    }
+}
+
+/// `op(x)`: the operand is converted to the result dtype (int to float for exp, ...),
+/// computed in f64 and rounded.
+pub(crate) fn unary(op: UnaryOp, x: &Value, out: &Out) -> Value {
+    let d = out.dtype;
+    out.finish(
+        x.data
+            .iter()
+            .map(|&v| op.eval_f64(d.round_f64(v)))
+            .collect(),
+    )
+}
+
+/// `a op b` with broadcasting; both operands are rounded to the promoted dtype first
+/// (comparisons compare in it too).
+pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>, out: &Out) -> Value {
+    let common = result_type(&[a.arg_type(), b.arg_type()]);
+    let (x, y) = (bcast(a, &out.shape), bcast(b, &out.shape));
+    let mut data = Vec::with_capacity(out.numel());
+    for_each_offsets(&out.shape, [&x.strides, &y.strides], |[i, j]| {
+        data.push(op.eval_f64(common.round_f64(x.data[i]), common.round_f64(y.data[j])));
+    });
+    out.finish(data)
+}
+
+/// `where(cond, a, b)` with broadcasting over all three operands.
+pub(crate) fn select(args: &[Operand<'_>], out: &Out) -> Value {
+    let common = out.dtype;
+    let (c, a, b) = (
+        bcast(args[0], &out.shape),
+        bcast(args[1], &out.shape),
+        bcast(args[2], &out.shape),
+    );
+    let mut data = Vec::with_capacity(out.numel());
+    for_each_offsets(
+        &out.shape,
+        [&c.strides, &a.strides, &b.strides],
+        |[i, j, k]| {
+            let v = if c.data[i] != 0.0 {
+                a.data[j]
+            } else {
+                b.data[k]
+            };
+            data.push(common.round_f64(v));
+        },
+    );
+    out.finish(data)
+}
+
+/// The in-place ops, functionally: the new value of operand 0.
+pub(crate) fn inplace(op: InplaceOp, args: &[Operand<'_>], out: &Out) -> Result<Value, Fail> {
+    let dst = tensor(args, 0)?;
+    match op {
+        InplaceOp::Copy => {
+            let src = bcast(Operand::Tensor(tensor(args, 1)?), &out.shape);
+            let mut data = Vec::with_capacity(out.numel());
+            for_each_offsets(&out.shape, [&src.strides], |[i]| data.push(src.data[i]));
+            Ok(out.finish(data))
+        }
+        InplaceOp::Fill => {
+            let v = match args[1] {
+                Operand::Scalar(s) => s.to_f64(),
+                Operand::Tensor(t) => t.data[0],
+            };
+            Ok(out.finish(vec![v; out.numel()]))
+        }
+        InplaceOp::Add | InplaceOp::Mul => {
+            let b = if op == InplaceOp::Add {
+                BinaryOp::Add
+            } else {
+                BinaryOp::Mul
+            };
+            // Computed in the promoted type, then rounded to the destination's dtype.
+            let common = result_type(&[args[0].arg_type(), args[1].arg_type()]);
+            let promoted = Out {
+                dtype: common,
+                shape: out.shape.clone(),
+            };
+            let r = binary(b, Operand::Tensor(dst), args[1], &promoted);
+            Ok(out.finish(r.data))
+        }
+    }
+}
+
+/// `full(shape, value)`: the value rounded to the dtype.
+pub(crate) fn full(value: Scalar, out: &Out) -> Value {
+    out.finish(vec![value.to_f64(); out.numel()])
+}
+
+/// `arange`: element i is `start + i*step`, rounded to the dtype.
+pub(crate) fn arange(start: f64, step: f64, out: &Out) -> Value {
+    out.finish((0..out.numel()).map(|i| start + i as f64 * step).collect())
+}
+
+/// `rand` / `randn`: element i (row-major) is the counter-based sample `(seed, i)`.
+pub(crate) fn random(seed: u64, normal: bool, out: &Out) -> Value {
+    let f = if normal { rng::normal } else { rng::uniform };
+    out.finish((0..out.numel() as u64).map(|i| f(seed, i)).collect())
+}
