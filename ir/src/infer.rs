@@ -512,7 +512,7 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
 
 fn nonempty_reduction(c: &Ctx<'_>, t: &TensorType, dims: &[usize]) -> Result<(), TypeError> {
     for &d in dims {
-        if t.shape.dims()[d] == Dim::Const(0) {
+        if t.shape.dims().get(d) == Some(&Dim::Const(0)) {
             return Err(c.err(format!(
                 "cannot reduce over dim {d} of size 0: the result has no identity"
             )));

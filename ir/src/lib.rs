@@ -28,4 +28,5 @@ pub use op::{AttrValue, BinaryOp, InplaceOp, Op, OpParseError, ReduceOp, UnaryOp
 pub use scalar::{format_float, Scalar};
 pub use shape::{broadcast, Dim, Shape};
 pub use types::{ArgType, TensorType};
+pub use text::{parse_graph, parse_module, print_graph, print_module, ParseError};
 pub use verify::{verify, VerifyError};

@@ -762,7 +762,7 @@ impl Op {
             },
             "rand" | "randn" => {
                 let (shape, dtype, seed) =
-                    (a.shape("shape")?, a.dtype("dtype")?, a.uint("seed")? as u64);
+                    (a.shape("shape")?, a.dtype("dtype")?, a.int("seed")? as u64); // bits of the printed i64
                 if name == "rand" {
                     Op::Rand { shape, dtype, seed }
                 } else {

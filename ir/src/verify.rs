@@ -5,7 +5,7 @@
 //! 1. Inputs are `input` nodes with no operands, named uniquely, and every `input` node is
 //!    listed as an input.
 //! 2. Every operand refers to an earlier node (so insertion order is topological).
-//! 3. Every node's stored type equals [`crate::infer`] of its op over its operands' types.
+//! 3. Every node's stored type equals [`crate::infer()`] of its op over its operands' types.
 //! 4. Every symbolic dim of any type is bound by some input's shape.
 //! 5. There is at least one output and every output is a node of the graph.
 
