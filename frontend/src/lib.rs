@@ -1,1 +1,34 @@
-//! placeholder
+//! kiln: eager tensors on the CPU and (in later issues) a graph-capturing JIT compiler.
+//!
+//! ```
+//! use kiln::{DType, Tensor};
+//! let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0], &[2, 2])?;
+//! let y = (&x.relu()? * 2.0)?;
+//! assert_eq!(y.to_vec::<f32>()?, vec![2.0, 0.0, 6.0, 0.0]);
+//! assert_eq!(x.sum(&[1], false)?.dtype(), DType::F32);
+//! # Ok::<(), kiln::Error>(())
+//! ```
+//!
+//! Every op returns [`Result`]: bad input (shapes that do not broadcast, a dim out of range,
+//! an index past the end) is a typed [`Error`] naming the op and the shapes, never a panic.
+
+mod display;
+mod error;
+pub mod graph_exec;
+pub mod io;
+mod operand;
+mod operators;
+mod ops_inplace;
+mod ops_layout;
+mod ops_pointwise;
+mod ops_reduce;
+mod tensor;
+
+pub use error::{Error, Result};
+pub use kiln_ir::{DType, Dim, Graph, Scalar, Shape, TensorType};
+pub use kiln_runtime::{allocator_stats, empty_cache, AllocStats, Element};
+pub use operand::Operand;
+pub use tensor::Tensor;
+
+/// The IR crate, for building, printing and interpreting graphs.
+pub use kiln_ir as ir;

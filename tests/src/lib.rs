@@ -1,1 +1,224 @@
-//! placeholder
+//! Shared harness of kiln's cross-crate tests: build a one-op graph, run it eagerly (the
+//! runtime's kernels, through `kiln::graph_exec`) and through the reference interpreter,
+//! and compare with a tolerance that depends on the dtype.
+//!
+//! Inputs come in several layouts so that every kernel is exercised on non-contiguous data:
+//! see [`Layout`].
+
+use kiln::ir::interp::{eval, Value};
+use kiln::ir::{Arg, Graph, Op, Scalar, TensorType};
+use kiln::{DType, Tensor};
+
+/// How an input tensor is laid out in memory (its logical values are what counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// row-major, no gaps
+    Contiguous,
+    /// the last two dims are a transposed view of a row-major tensor
+    Transposed,
+    /// every other element of the last dim of a twice-as-wide tensor (a step-2 slice)
+    Strided,
+    /// the first dim is a size-1 tensor expanded (stride 0); values repeat
+    Expanded,
+    /// a narrowed window (offset into the storage) of a larger tensor
+    Offset,
+}
+
+impl Layout {
+    /// Every layout.
+    pub const ALL: [Layout; 5] = [
+        Layout::Contiguous,
+        Layout::Transposed,
+        Layout::Strided,
+        Layout::Expanded,
+        Layout::Offset,
+    ];
+}
+
+/// Which values to draw.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Dist {
+    /// standard normal (integers: uniform in [-5, 5))
+    Normal,
+    /// in [0.1, 3.1): for log, sqrt, rsqrt, pow bases
+    Positive,
+    /// normal times a scale, e.g. wide ranges for exp/tanh saturation
+    Scaled(f64),
+}
+
+/// A random tensor of `shape` and `dtype` in the given layout, drawn with `seed`.
+pub fn make(shape: &[usize], dtype: DType, seed: u64, dist: Dist, layout: Layout) -> Tensor {
+    let draw = |s: &[usize]| -> Tensor {
+        let n: usize = s.iter().product();
+        let u = Tensor::rand(&[n.max(1)], DType::F64, seed)
+            .unwrap()
+            .to_vec_f64();
+        let g = Tensor::randn(&[n.max(1)], DType::F64, seed)
+            .unwrap()
+            .to_vec_f64();
+        let vals: Vec<f64> = (0..n)
+            .map(|i| match dtype {
+                DType::Bool => (u[i] < 0.5) as u8 as f64,
+                DType::I32 | DType::I64 => match dist {
+                    Dist::Positive => (u[i] * 5.0).floor() + 1.0,
+                    _ => (u[i] * 10.0).floor() - 5.0,
+                },
+                _ => match dist {
+                    Dist::Normal => g[i],
+                    Dist::Positive => 0.1 + 3.0 * u[i],
+                    Dist::Scaled(k) => g[i] * k,
+                },
+            })
+            .collect();
+        Tensor::from_f64(&vals, s, dtype).unwrap()
+    };
+    let r = shape.len();
+    match layout {
+        Layout::Transposed if r >= 2 => {
+            let mut s = shape.to_vec();
+            s.swap(r - 1, r - 2);
+            draw(&s).transpose(-1, -2).unwrap()
+        }
+        Layout::Strided if r >= 1 => {
+            let mut s = shape.to_vec();
+            s[r - 1] *= 2;
+            draw(&s).slice(-1, 0, s[r - 1] as i64, 2).unwrap()
+        }
+        Layout::Expanded if r >= 1 => {
+            let mut s = shape.to_vec();
+            s[0] = 1;
+            let target: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+            draw(&s).expand(&target).unwrap()
+        }
+        Layout::Offset if r >= 1 => {
+            let mut s = shape.to_vec();
+            s[0] += 3;
+            draw(&s).narrow(0, 2, shape[0]).unwrap()
+        }
+        _ => draw(shape),
+    }
+}
+
+/// An operand of an op under test.
+#[derive(Clone)]
+pub enum TestArg {
+    /// a tensor operand (any layout)
+    T(Tensor),
+    /// a scalar literal
+    S(Scalar),
+}
+
+/// The tolerance of comparisons, per dtype: `|a - b| <= atol + rtol * |b|`.
+pub fn tolerance(dtype: DType, reduction: bool) -> (f64, f64) {
+    match dtype {
+        DType::F64 => (1e-12, 1e-12),
+        DType::F32 if reduction => (1e-5, 1e-4),
+        DType::F32 => (1e-6, 1e-5),
+        // Eager computes in f32 and rounds once; the oracle rounds the f64 result: they
+        // may differ by one unit in the last place.
+        DType::F16 => (1e-3, 2e-3),
+        DType::BF16 => (1e-2, 1.6e-2),
+        _ => (0.0, 0.0),
+    }
+}
+
+/// Compares two value lists; NaNs must match NaNs and infinities must match exactly.
+pub fn compare(
+    what: &str,
+    got: &[f64],
+    want: &[f64],
+    (atol, rtol): (f64, f64),
+) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!(
+            "{what}: {} values, expected {}",
+            got.len(),
+            want.len()
+        ));
+    }
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= atol + rtol * w.abs()
+        };
+        if !ok {
+            return Err(format!(
+                "{what}: element {i}: got {g}, expected {w} (atol {atol}, rtol {rtol})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `op` on `args` eagerly and through the interpreter, and compares dtype, shape and
+/// values. Returns the eager result for further checks.
+pub fn check_op(op: &Op, args: &[TestArg]) -> Result<Tensor, String> {
+    let mut g = Graph::new("case");
+    let mut node_args = Vec::new();
+    let mut tensors = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        match a {
+            TestArg::T(t) => {
+                let id = g
+                    .add_input(
+                        format!("a{i}"),
+                        TensorType::new(t.dtype(), kiln::Shape::of(t.shape())),
+                    )
+                    .map_err(|e| e.to_string())?;
+                node_args.push(Arg::Value(id));
+                tensors.push(t.clone());
+            }
+            TestArg::S(s) => node_args.push(Arg::Scalar(*s)),
+        }
+    }
+    let out = g
+        .add_op(op.clone(), &node_args, None)
+        .map_err(|e| format!("{op}: {e}"))?;
+    g.set_outputs(vec![out]).map_err(|e| e.to_string())?;
+    let desc = format!(
+        "{op} on ({})",
+        args.iter()
+            .map(|a| match a {
+                TestArg::T(t) => format!("{}{:?} strides {:?}", t.dtype(), t.shape(), t.strides()),
+                TestArg::S(s) => format!("scalar {s}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let eager = kiln::graph_exec::run_graph(&g, &tensors)
+        .map_err(|e| format!("{desc}: eager failed: {e}"))?;
+    let values: Vec<Value> = tensors
+        .iter()
+        .map(|t| Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64()).unwrap())
+        .collect();
+    let oracle = eval(&g, &values).map_err(|e| format!("{desc}: interpreter failed: {e}"))?;
+    let (e, o) = (&eager[0], &oracle[0]);
+    if e.dtype() != o.dtype || e.shape() != o.shape.as_slice() {
+        return Err(format!(
+            "{desc}: eager gives {}{:?}, interpreter {}{:?}",
+            e.dtype(),
+            e.shape(),
+            o.dtype,
+            o.shape
+        ));
+    }
+    let reduction = op.is_reduction() || op.is_composite() || matches!(op, Op::Matmul | Op::Linear);
+    compare(
+        &desc,
+        &e.to_vec_f64(),
+        &o.data,
+        tolerance(e.dtype(), reduction),
+    )?;
+    Ok(e.clone())
+}
+
+/// Like [`check_op`] but panics with the message: for use inside `#[test]`s.
+pub fn assert_op(op: &Op, args: &[TestArg]) -> Tensor {
+    match check_op(op, args) {
+        Ok(t) => t,
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -1,0 +1,53 @@
+//! The error type of kiln's public API.
+
+use kiln_runtime::RuntimeError;
+
+/// Everything that can go wrong in a kiln call. Every variant names the op (or command)
+/// and the shapes involved; no public function panics on bad input.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// An op rejected its operands, or a kernel failed (wrong index, overlapping write...).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// An argument that is checked before an op is built (a `-1` in a shape, a dim list).
+    #[error("{op}: {reason} (shape {shape:?})")]
+    Invalid {
+        /// the op's name
+        op: &'static str,
+        /// the shape of the tensor it was called on
+        shape: Vec<usize>,
+        /// what is wrong
+        reason: String,
+    },
+    /// A graph was run on inputs that do not match its signature.
+    #[error("graph @{graph}: input %{input} expects {expected}, got {got}")]
+    InputMismatch {
+        /// the graph's name
+        graph: String,
+        /// the input's name
+        input: String,
+        /// the declared type
+        expected: String,
+        /// what was passed (or why it does not fit)
+        got: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {reason}")]
+    Io {
+        /// the file
+        path: String,
+        /// what went wrong
+        reason: String,
+    },
+}
+
+/// `Result` with kiln's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn invalid(op: &'static str, shape: &[usize], reason: impl Into<String>) -> Error {
+    Error::Invalid {
+        op,
+        shape: shape.to_vec(),
+        reason: reason.into(),
+    }
+}

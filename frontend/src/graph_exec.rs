@@ -1,0 +1,105 @@
+//! Runs an IR graph eagerly, node by node, on [`Tensor`]s: the `eager` backend of
+//! `kiln run` and the simplest executor every compiled backend is compared with.
+//!
+//! In-place nodes are functional in the IR: the executor applies them to a copy of their
+//! destination, so running a graph never changes the caller's tensors.
+
+use crate::error::{Error, Result};
+use crate::{Operand, Tensor};
+use kiln_ir::{Arg, Dim, Graph, Op};
+use std::collections::HashMap;
+
+/// Checks `inputs` against the graph's signature (dtypes, ranks, constant dims, and
+/// consistent sizes for each symbol) and returns the symbol bindings.
+pub fn bind_inputs(g: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, usize>> {
+    let mismatch = |input: &str, expected: String, got: String| Error::InputMismatch {
+        graph: g.name().into(),
+        input: input.into(),
+        expected,
+        got,
+    };
+    if inputs.len() != g.inputs().len() {
+        return Err(mismatch(
+            "*",
+            format!("{} inputs", g.inputs().len()),
+            format!("{} inputs", inputs.len()),
+        ));
+    }
+    let mut bound: HashMap<String, usize> = HashMap::new();
+    for ((name, id), t) in g.inputs().iter().zip(inputs) {
+        let ty = &g.node(*id).ty;
+        let got = t.tensor_type().to_string();
+        if ty.dtype != t.dtype() || ty.shape.rank() != t.rank() {
+            return Err(mismatch(name, ty.to_string(), got));
+        }
+        for (d, &n) in ty.shape.dims().iter().zip(t.shape()) {
+            match d {
+                Dim::Const(c) if *c != n => return Err(mismatch(name, ty.to_string(), got)),
+                Dim::Sym(s) => {
+                    if let Some(prev) = bound.insert(s.to_string(), n) {
+                        if prev != n {
+                            return Err(mismatch(
+                                name,
+                                ty.to_string(),
+                                format!("{got}, but {s} is already {prev}"),
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(bound)
+}
+
+/// Runs `g` on `inputs` (in signature order) and returns its outputs in return order.
+pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    bind_inputs(g, inputs)?;
+    let mut values: HashMap<kiln_ir::NodeId, Tensor> = HashMap::new();
+    for ((_, id), t) in g.inputs().iter().zip(inputs) {
+        values.insert(*id, t.clone());
+    }
+    for (id, node) in g.nodes() {
+        if node.op == Op::Input {
+            continue;
+        }
+        let args: Vec<Operand<'_>> = node
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::Value(v) => Operand::Tensor(&values[v]),
+                Arg::Scalar(s) => Operand::Scalar(*s),
+            })
+            .collect();
+        let out = match &node.op {
+            Op::Inplace(op) => {
+                let Some(Operand::Tensor(dst)) = args.first().copied() else {
+                    return Err(crate::error::invalid(
+                        op_name(*op),
+                        &[],
+                        "the destination must be a tensor",
+                    ));
+                };
+                let copy = Tensor::apply(&Op::Contiguous, &[Operand::Tensor(dst)])?;
+                let arg = match args
+                    .get(1)
+                    .copied()
+                    .unwrap_or(Operand::Scalar(kiln_ir::Scalar::Int(0)))
+                {
+                    Operand::Tensor(t) => kiln_runtime::EagerArg::Tensor(&t.inner),
+                    Operand::Scalar(s) => kiln_runtime::EagerArg::Scalar(s),
+                };
+                kiln_runtime::execute_inplace(*op, &copy.inner, arg)?;
+                copy
+            }
+            op => Tensor::apply(op, &args)?,
+        };
+        values.insert(id, out);
+    }
+    Ok(g.outputs().iter().map(|o| values[o].clone()).collect())
+}
+
+fn op_name(op: kiln_ir::InplaceOp) -> &'static str {
+    op.name()
+}

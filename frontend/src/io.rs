@@ -1,0 +1,162 @@
+//! Reading and writing tensors as safetensors files (named, typed, row-major, little-endian),
+//! so that inputs and outputs can be exchanged with PyTorch, JAX or numpy.
+
+use crate::error::{Error, Result};
+use crate::Tensor;
+use half::{bf16, f16};
+use kiln_ir::DType;
+use safetensors::{Dtype, SafeTensors, View};
+use std::borrow::Cow;
+use std::path::Path;
+
+fn io_err(path: &Path, reason: impl ToString) -> Error {
+    Error::Io {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+fn to_st(d: DType) -> Dtype {
+    match d {
+        DType::Bool => Dtype::BOOL,
+        DType::I32 => Dtype::I32,
+        DType::I64 => Dtype::I64,
+        DType::F16 => Dtype::F16,
+        DType::BF16 => Dtype::BF16,
+        DType::F32 => Dtype::F32,
+        DType::F64 => Dtype::F64,
+    }
+}
+
+fn from_st(d: Dtype) -> Option<DType> {
+    Some(match d {
+        Dtype::BOOL => DType::Bool,
+        Dtype::I32 => DType::I32,
+        Dtype::I64 => DType::I64,
+        Dtype::F16 => DType::F16,
+        Dtype::BF16 => DType::BF16,
+        Dtype::F32 => DType::F32,
+        Dtype::F64 => DType::F64,
+        _ => return None,
+    })
+}
+
+/// The tensor's elements as little-endian bytes, row-major.
+pub fn to_le_bytes(t: &Tensor) -> Result<Vec<u8>> {
+    Ok(match t.dtype() {
+        DType::Bool => t.to_vec::<bool>()?.into_iter().map(u8::from).collect(),
+        DType::I32 => t
+            .to_vec::<i32>()?
+            .into_iter()
+            .flat_map(i32::to_le_bytes)
+            .collect(),
+        DType::I64 => t
+            .to_vec::<i64>()?
+            .into_iter()
+            .flat_map(i64::to_le_bytes)
+            .collect(),
+        DType::F16 => t
+            .to_vec::<f16>()?
+            .into_iter()
+            .flat_map(f16::to_le_bytes)
+            .collect(),
+        DType::BF16 => t
+            .to_vec::<bf16>()?
+            .into_iter()
+            .flat_map(bf16::to_le_bytes)
+            .collect(),
+        DType::F32 => t
+            .to_vec::<f32>()?
+            .into_iter()
+            .flat_map(f32::to_le_bytes)
+            .collect(),
+        DType::F64 => t
+            .to_vec::<f64>()?
+            .into_iter()
+            .flat_map(f64::to_le_bytes)
+            .collect(),
+    })
+}
+
+/// A tensor of `dtype` and `shape` from little-endian row-major bytes.
+pub fn from_le_bytes(bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
+    fn chunks<const N: usize, T>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
+        b.chunks_exact(N)
+            .map(|c| f(c.try_into().expect("chunks_exact gives N bytes")))
+            .collect()
+    }
+    let b = bytes;
+    match dtype {
+        DType::Bool => Tensor::from_vec(b.iter().map(|&x| x != 0).collect::<Vec<bool>>(), shape),
+        DType::I32 => Tensor::from_vec(chunks(b, i32::from_le_bytes), shape),
+        DType::I64 => Tensor::from_vec(chunks(b, i64::from_le_bytes), shape),
+        DType::F16 => Tensor::from_vec(chunks(b, f16::from_le_bytes), shape),
+        DType::BF16 => Tensor::from_vec(chunks(b, bf16::from_le_bytes), shape),
+        DType::F32 => Tensor::from_vec(chunks(b, f32::from_le_bytes), shape),
+        DType::F64 => Tensor::from_vec(chunks(b, f64::from_le_bytes), shape),
+    }
+}
+
+/// Reads every tensor of a safetensors file, in the file's order.
+pub fn load(path: &Path) -> Result<Vec<(String, Tensor)>> {
+    let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| io_err(path, e))?;
+    let mut out = Vec::new();
+    for name in st.names() {
+        let view = st.tensor(name).map_err(|e| io_err(path, e))?;
+        let dtype = from_st(view.dtype()).ok_or_else(|| {
+            io_err(
+                path,
+                format!(
+                    "tensor `{name}` has dtype {:?}, which kiln does not support",
+                    view.dtype()
+                ),
+            )
+        })?;
+        out.push((
+            name.to_string(),
+            from_le_bytes(view.data(), view.shape(), dtype)?,
+        ));
+    }
+    Ok(out)
+}
+
+struct Bytes {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl View for &Bytes {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.data)
+    }
+    fn data_len(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Writes named tensors to a safetensors file.
+pub fn save(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
+    let prepared = tensors
+        .iter()
+        .map(|(n, t)| {
+            Ok((
+                n.clone(),
+                Bytes {
+                    dtype: to_st(t.dtype()),
+                    shape: t.shape().to_vec(),
+                    data: to_le_bytes(t)?,
+                },
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize_to_file(prepared.iter().map(|(n, b)| (n.as_str(), b)), None, path)
+        .map_err(|e| io_err(path, e))
+}

@@ -1,0 +1,37 @@
+//! In-place methods. Each writes through the tensor's strides into its storage (so every
+//! view of it sees the change) and bumps the storage's version counter.
+
+use crate::error::Result;
+use crate::{Operand, Tensor};
+use kiln_ir::InplaceOp;
+use kiln_runtime::{execute_inplace, EagerArg};
+
+impl Tensor {
+    fn inplace(&self, op: InplaceOp, arg: Operand<'_>) -> Result<()> {
+        let arg = match arg {
+            Operand::Tensor(t) => EagerArg::Tensor(&t.inner),
+            Operand::Scalar(s) => EagerArg::Scalar(s),
+        };
+        Ok(execute_inplace(op, &self.inner, arg)?)
+    }
+
+    /// Copies `src` (broadcast to this shape, cast to this dtype) into this tensor.
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        self.inplace(InplaceOp::Copy, Operand::Tensor(src))
+    }
+
+    /// Sets every element to `value` (a scalar or a 0-d tensor).
+    pub fn fill_<'a>(&self, value: impl Into<Operand<'a>>) -> Result<()> {
+        self.inplace(InplaceOp::Fill, value.into())
+    }
+
+    /// `self += other` (broadcast to this shape; the result must fit this dtype).
+    pub fn add_<'a>(&self, other: impl Into<Operand<'a>>) -> Result<()> {
+        self.inplace(InplaceOp::Add, other.into())
+    }
+
+    /// `self *= other` (broadcast to this shape; the result must fit this dtype).
+    pub fn mul_<'a>(&self, other: impl Into<Operand<'a>>) -> Result<()> {
+        self.inplace(InplaceOp::Mul, other.into())
+    }
+}

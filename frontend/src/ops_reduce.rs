@@ -1,0 +1,127 @@
+//! Reductions and row-wise composites: sum, mean, max, min, argmax, var, softmax,
+//! log_softmax, layer_norm, rms_norm, linear, matmul.
+
+use crate::error::{invalid, Result};
+use crate::{Operand, Tensor};
+use kiln_ir::{Op, ReduceOp};
+
+impl Tensor {
+    fn reduce(&self, op: ReduceOp, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.apply1(Op::Reduce {
+            op,
+            dims: dims.to_vec(),
+            keepdim,
+        })
+    }
+
+    /// Sum over `dims` (empty: all dims). Integers and bools sum to i64.
+    pub fn sum(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, dims, keepdim)
+    }
+
+    /// Mean over `dims` (empty: all dims); floating point only.
+    pub fn mean(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Mean, dims, keepdim)
+    }
+
+    /// Maximum over `dims` (empty: all dims); NaN propagates.
+    pub fn max(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Max, dims, keepdim)
+    }
+
+    /// Minimum over `dims` (empty: all dims); NaN propagates.
+    pub fn min(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Min, dims, keepdim)
+    }
+
+    /// Index (i64) of the first maximum along `dim`.
+    pub fn argmax(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
+        self.apply1(Op::Argmax { dim, keepdim })
+    }
+
+    /// Variance over `dims` dividing by `N - correction` (PyTorch's default correction is 1).
+    pub fn var(&self, dims: &[i64], correction: i64, keepdim: bool) -> Result<Tensor> {
+        self.apply1(Op::Var {
+            dims: dims.to_vec(),
+            correction,
+            keepdim,
+        })
+    }
+
+    /// Softmax along `dim`.
+    pub fn softmax(&self, dim: i64) -> Result<Tensor> {
+        self.apply1(Op::Softmax { dim })
+    }
+
+    /// Log-softmax along `dim`.
+    pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
+        self.apply1(Op::LogSoftmax { dim })
+    }
+
+    fn normalized_ndim(&self, op: &'static str, normalized_shape: &[usize]) -> Result<usize> {
+        let n = normalized_shape.len();
+        let r = self.rank();
+        if n == 0 || n > r || self.shape()[r - n..] != *normalized_shape {
+            return Err(invalid(
+                op,
+                self.shape(),
+                format!("normalized_shape {normalized_shape:?} must match the trailing dims"),
+            ));
+        }
+        Ok(n)
+    }
+
+    /// Layer norm over the trailing `normalized_shape` dims (biased variance), with optional
+    /// elementwise weight and bias of that shape.
+    pub fn layer_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let ndim = self.normalized_ndim("layer_norm", normalized_shape)?;
+        let mut args = vec![Operand::Tensor(self)];
+        match (weight, bias) {
+            (Some(w), b) => {
+                args.push(Operand::Tensor(w));
+                args.extend(b.map(Operand::Tensor));
+            }
+            (None, Some(b)) => {
+                // The op takes (x, weight, bias): a missing weight is a weight of ones.
+                let ones = Tensor::ones(normalized_shape, self.dtype())?;
+                return self.layer_norm(normalized_shape, Some(&ones), Some(b), eps);
+            }
+            (None, None) => {}
+        }
+        Tensor::apply(&Op::LayerNorm { ndim, eps }, &args)
+    }
+
+    /// RMS norm over the trailing `normalized_shape` dims, with an optional weight.
+    pub fn rms_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let ndim = self.normalized_ndim("rms_norm", normalized_shape)?;
+        let mut args = vec![Operand::Tensor(self)];
+        args.extend(weight.map(Operand::Tensor));
+        Tensor::apply(&Op::RmsNorm { ndim, eps }, &args)
+    }
+
+    /// `self @ weightᵀ + bias` with `weight: [out, in]` (as `torch.nn.functional.linear`).
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let mut args = vec![Operand::Tensor(self), Operand::Tensor(weight)];
+        args.extend(bias.map(Operand::Tensor));
+        Tensor::apply(&Op::Linear, &args)
+    }
+
+    /// Matrix product with `torch.matmul`'s rules (1-d operands, broadcast batch dims).
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        Tensor::apply(
+            &Op::Matmul,
+            &[Operand::Tensor(self), Operand::Tensor(other)],
+        )
+    }
+}
