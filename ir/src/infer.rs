@@ -20,13 +20,11 @@ pub struct TypeError {
 
 impl fmt::Display for TypeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} (operands: {})",
-            self.op,
-            self.reason,
-            self.operands.join(", ")
-        )
+        write!(f, "{}: {}", self.op, self.reason)?;
+        if !self.operands.is_empty() {
+            write!(f, " (operands: {})", self.operands.join(", "))?;
+        }
+        Ok(())
     }
 }
 
