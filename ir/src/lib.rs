@@ -17,8 +17,8 @@ mod op;
 pub mod rng;
 mod scalar;
 pub mod shape;
-mod types;
 pub mod text;
+mod types;
 mod verify;
 
 pub use dtype::{Category, DType};
@@ -27,6 +27,6 @@ pub use infer::{infer, result_type, TypeError};
 pub use op::{AttrValue, BinaryOp, InplaceOp, Op, OpParseError, ReduceOp, UnaryOp};
 pub use scalar::{format_float, Scalar};
 pub use shape::{broadcast, Dim, Shape};
-pub use types::{ArgType, TensorType};
 pub use text::{parse_graph, parse_module, print_graph, print_module, ParseError};
+pub use types::{ArgType, TensorType};
 pub use verify::{verify, VerifyError};

@@ -1,1 +1,28 @@
-//! placeholder
+//! kiln's CPU runtime: the caching allocator, storages, strided tensors with views, and eager
+//! kernels for every op of [`kiln_ir::Op`].
+//!
+//! * [`CpuTensor`]: shape, strides (in elements) and offset over a shared [`Storage`].
+//! * [`execute`] / [`execute_inplace`]: run one op eagerly; operand types are checked by
+//!   [`kiln_ir::infer`], so bad input is a [`RuntimeError`], never a panic.
+//! * [`allocator_stats`] / [`empty_cache`]: the caching allocator that every storage uses.
+//!
+//! Semantics follow PyTorch and match `kiln_ir::interp` (the oracle): inputs are converted to
+//! the promoted dtype, f16/bf16 compute in f32, integers wrap, float-to-int casts truncate.
+
+#![warn(missing_docs)]
+
+mod alloc;
+mod element;
+mod error;
+mod exec;
+mod iter;
+mod kernels;
+mod storage;
+mod tensor;
+
+pub use alloc::{allocator_stats, empty_cache, AllocStats};
+pub use element::Element;
+pub use error::RuntimeError;
+pub use exec::{execute, execute_inplace, EagerArg};
+pub use storage::Storage;
+pub use tensor::CpuTensor;

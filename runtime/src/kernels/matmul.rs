@@ -1,0 +1,436 @@
+//! matmul (torch.matmul: 1-d operands, broadcast batch dims) and linear (x @ wᵀ + b). Fast
+//! paths: f32/f64 through the `gemm` crate on the operands' own strides (transposed views need
+//! no copy); a batch over a shared right operand folds into one tall gemm; small batched
+//! problems run in parallel over the batch; linear pre-fills the bias and accumulates into it.
+//! f16/bf16 compute in f32 (one rounding at the end); integers use a plain wrapping loop.
+
+use crate::element::{IntKern, Kern};
+use crate::error::RuntimeError;
+use crate::iter::{for_chunks, GRAIN_CHEAP};
+use crate::kernels::layout::view_strides;
+use crate::storage::Storage;
+use crate::tensor::{contiguous_strides, CpuTensor};
+use gemm::Parallelism;
+use kiln_ir::DType;
+use rayon::prelude::*;
+use smallvec::SmallVec;
+
+/// Problems with at least this many multiply-adds use gemm's own threads.
+const PAR_FLOPS: usize = 1 << 18;
+
+/// Element types `gemm` multiplies natively.
+trait GemmT: Kern {
+    const ONE: Self;
+}
+impl GemmT for f32 {
+    const ONE: f32 = 1.0;
+}
+impl GemmT for f64 {
+    const ONE: f64 = 1.0;
+}
+
+/// A matrix operand: base pointer plus row and column strides in elements.
+#[derive(Clone, Copy)]
+struct MatRef<T> {
+    ptr: *const T,
+    rs: isize,
+    cs: isize,
+}
+
+impl<T> MatRef<T> {
+    /// The same matrix shape `off` elements further.
+    fn at(self, off: isize) -> MatRef<T> {
+        MatRef {
+            ptr: self.ptr.wrapping_offset(off),
+            ..self
+        }
+    }
+}
+
+/// `dst[m, n] (row stride dst_rs, column stride 1) (+)= a[m, k] @ b[k, n]`.
+///
+/// # Safety
+/// Every element the strides reach must be valid for reads (a, b) or writes (dst, and reads
+/// when `accumulate`), and dst must not overlap a or b.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_into<T: GemmT>(
+    dst: *mut T,
+    dst_rs: isize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<T>,
+    b: MatRef<T>,
+    accumulate: bool,
+    par: Parallelism,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                for j in 0..n {
+                    dst.offset(i as isize * dst_rs + j as isize)
+                        .write(T::default());
+                }
+            }
+        }
+        return;
+    }
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        1,
+        dst_rs,
+        accumulate,
+        a.ptr,
+        a.cs,
+        a.rs,
+        b.ptr,
+        b.cs,
+        b.rs,
+        T::ONE,
+        T::ONE,
+        false,
+        false,
+        false,
+        par,
+    );
+}
+
+fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
+    if m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1 {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    }
+}
+
+/// `a` as a matrix stack [..., m, k] and `b` as [..., k, n] (1-d operands get a unit dim).
+fn as_matrices(a: &CpuTensor, b: &CpuTensor) -> (CpuTensor, CpuTensor) {
+    let a2 = if a.rank() == 1 {
+        a.view_unchecked(&[1, a.shape()[0]], &[0, a.strides()[0]], a.offset())
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        b.view_unchecked(&[b.shape()[0], 1], &[b.strides()[0], 0], b.offset())
+    } else {
+        b.clone()
+    };
+    (a2, b2)
+}
+
+/// The broadcast batch shape and each operand's batch strides aligned to it.
+fn batch_layout(a: &CpuTensor, b: &CpuTensor) -> (Vec<usize>, Vec<isize>, Vec<isize>) {
+    let (ba, bb) = (&a.shape()[..a.rank() - 2], &b.shape()[..b.rank() - 2]);
+    let r = ba.len().max(bb.len());
+    let mut shape = vec![1usize; r];
+    let (mut sa, mut sb) = (vec![0isize; r], vec![0isize; r]);
+    for (t, bt, st) in [(a, ba, &mut sa), (b, bb, &mut sb)] {
+        for (i, &n) in bt.iter().enumerate() {
+            let o = r - bt.len() + i;
+            if n != 1 {
+                shape[o] = n;
+                st[o] = t.strides()[i];
+            }
+        }
+    }
+    (shape, sa, sb)
+}
+
+/// `torch.matmul(a, b)` with result shape `out_shape` (checked by infer).
+pub(crate) fn matmul(
+    a: &CpuTensor,
+    b: &CpuTensor,
+    out_shape: &[usize],
+) -> Result<CpuTensor, RuntimeError> {
+    let (a2, b2) = as_matrices(a, b);
+    let dtype = a.dtype();
+    let out = match dtype {
+        DType::F32 => matmul_float::<f32>(&a2, &b2),
+        DType::F64 => matmul_float::<f64>(&a2, &b2),
+        DType::F16 | DType::BF16 => {
+            let r = matmul_float::<f32>(&a2.to_dtype(DType::F32), &b2.to_dtype(DType::F32));
+            r.copy_as(dtype)
+        }
+        DType::I32 => matmul_int::<i32>(&a2, &b2),
+        DType::I64 => matmul_int::<i64>(&a2, &b2),
+        DType::Bool => {
+            return Err(RuntimeError::unsupported(
+                "matmul",
+                &[a.shape(), b.shape()],
+                "not defined for bool tensors",
+            ))
+        }
+    };
+    Ok(out.view_unchecked(out_shape, &contiguous_strides(out_shape), 0))
+}
+
+/// Row stride of `t`'s batch dims plus its row dim viewed as one dim, if they collapse.
+fn folded_row_stride(t: &CpuTensor) -> Option<isize> {
+    let r = t.rank();
+    let dims: SmallVec<[(usize, isize); 6]> = t.shape()[..r - 1]
+        .iter()
+        .zip(&t.strides()[..r - 1])
+        .filter(|(&n, _)| n != 1)
+        .map(|(&n, &s)| (n, s))
+        .collect();
+    for w in dims.windows(2) {
+        if w[0].1 != w[1].1 * w[1].0 as isize {
+            return None;
+        }
+    }
+    Some(dims.last().map_or(0, |d| d.1))
+}
+
+fn matmul_float<T: GemmT>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
+    let (ra, rb) = (a.rank(), b.rank());
+    let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
+    let (batch, sa, sb) = batch_layout(a, b);
+    let nb: usize = batch.iter().product();
+    let (ga, gb) = (a.storage().guard(), b.storage().guard());
+    let (pa, pb) = (ga.slice::<T>().as_ptr(), gb.slice::<T>().as_ptr());
+    let (a_rs, a_cs, b_rs, b_cs) = (
+        a.strides()[ra - 2],
+        a.strides()[ra - 1],
+        b.strides()[rb - 2],
+        b.strides()[rb - 1],
+    );
+    let mut shape = batch.clone();
+    shape.extend([m, n]);
+    let a_batched_fully = a.shape()[..ra - 2].iter().product::<usize>() == nb;
+    let s = Storage::build::<T>(nb * m * n, |out| {
+        let dst = out.as_mut_ptr() as *mut T;
+        if nb > 1 && sb.iter().all(|&s| s == 0) && a_batched_fully {
+            if let Some(rs) = folded_row_stride(a) {
+                // One tall gemm: [nb*m, k] @ [k, n].
+                let mm = nb * m;
+                // SAFETY: the layouts of a and b are in bounds of their storages (checked
+                // when the views were made), dst has nb*m*n elements, and dst is fresh.
+                unsafe {
+                    gemm_into(
+                        dst,
+                        n as isize,
+                        mm,
+                        n,
+                        k,
+                        MatRef {
+                            ptr: pa.wrapping_offset(a.ioffset()),
+                            rs,
+                            cs: a_cs,
+                        },
+                        MatRef {
+                            ptr: pb.wrapping_offset(b.ioffset()),
+                            rs: b_rs,
+                            cs: b_cs,
+                        },
+                        false,
+                        parallelism(mm, n, k),
+                    )
+                };
+                return;
+            }
+        }
+        let offsets = |bi: usize| {
+            let (mut rem, mut oa, mut ob) = (bi, a.ioffset(), b.ioffset());
+            for d in (0..batch.len()).rev() {
+                let i = (rem % batch[d]) as isize;
+                rem /= batch[d];
+                oa += i * sa[d];
+                ob += i * sb[d];
+            }
+            (oa, ob)
+        };
+        let (base_a, base_b) = (
+            MatRef {
+                ptr: pa,
+                rs: a_rs,
+                cs: a_cs,
+            },
+            MatRef {
+                ptr: pb,
+                rs: b_rs,
+                cs: b_cs,
+            },
+        );
+        let mats = |bi: usize| {
+            let (oa, ob) = offsets(bi);
+            (base_a.at(oa), base_b.at(ob))
+        };
+        let par = parallelism(m, n, k);
+        if nb > 1 && matches!(par, Parallelism::None) && m * n > 0 {
+            out.par_chunks_mut(m * n).enumerate().for_each(|(bi, o)| {
+                let (ma, mb) = mats(bi);
+                // SAFETY: as above; each batch item writes its own chunk of dst.
+                unsafe {
+                    gemm_into(
+                        o.as_mut_ptr() as *mut T,
+                        n as isize,
+                        m,
+                        n,
+                        k,
+                        ma,
+                        mb,
+                        false,
+                        Parallelism::None,
+                    )
+                };
+            });
+        } else {
+            for bi in 0..nb {
+                let (ma, mb) = mats(bi);
+                // SAFETY: as above; batch item bi owns dst[bi*m*n..(bi+1)*m*n].
+                unsafe {
+                    gemm_into(
+                        dst.wrapping_add(bi * m * n),
+                        n as isize,
+                        m,
+                        n,
+                        k,
+                        ma,
+                        mb,
+                        false,
+                        par,
+                    )
+                };
+            }
+        }
+    });
+    CpuTensor::from_storage(s, &shape)
+}
+
+// SAFETY: MatRef only carries read-only pointers into storages whose read guards the caller
+// holds for the whole parallel region.
+unsafe impl<T> Send for MatRef<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for MatRef<T> {}
+
+fn matmul_int<T: IntKern>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
+    let (ra, rb) = (a.rank(), b.rank());
+    let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
+    let (batch, sa, sb) = batch_layout(a, b);
+    let nb: usize = batch.iter().product();
+    let (ga, gb) = (a.storage().guard(), b.storage().guard());
+    let (da, db) = (ga.slice::<T>(), gb.slice::<T>());
+    let (a_rs, a_cs, b_rs, b_cs) = (
+        a.strides()[ra - 2],
+        a.strides()[ra - 1],
+        b.strides()[rb - 2],
+        b.strides()[rb - 1],
+    );
+    let mut shape = batch.clone();
+    shape.extend([m, n]);
+    let s = Storage::build::<T>(nb * m * n, |out| {
+        if n == 0 {
+            return;
+        }
+        let grain = (GRAIN_CHEAP / (n * k).max(1)).max(1) * n;
+        for_chunks(out, grain, |start, chunk| {
+            let mut acc = vec![T::ZERO; n];
+            for (r, orow) in chunk.chunks_mut(n).enumerate() {
+                let row = start / n + r;
+                let (bi, i) = (row / m, row % m);
+                let (mut rem, mut oa, mut ob) = (bi, a.ioffset(), b.ioffset());
+                for d in (0..batch.len()).rev() {
+                    let ix = (rem % batch[d]) as isize;
+                    rem /= batch[d];
+                    oa += ix * sa[d];
+                    ob += ix * sb[d];
+                }
+                acc.iter_mut().for_each(|x| *x = T::ZERO);
+                for p in 0..k {
+                    let av = da[(oa + i as isize * a_rs + p as isize * a_cs) as usize];
+                    let brow = ob + p as isize * b_rs;
+                    for (j, x) in acc.iter_mut().enumerate() {
+                        *x = x.wadd(av.wmul(db[(brow + j as isize * b_cs) as usize]));
+                    }
+                }
+                for (o, &x) in orow.iter_mut().zip(&acc) {
+                    o.write(x);
+                }
+            }
+        })
+    });
+    CpuTensor::from_storage(s, &shape)
+}
+
+/// `x @ wᵀ + bias` with result shape `out_shape` (checked by infer).
+pub(crate) fn linear(
+    x: &CpuTensor,
+    w: &CpuTensor,
+    bias: Option<&CpuTensor>,
+    out_shape: &[usize],
+) -> CpuTensor {
+    let dtype = x.dtype();
+    let inf = x.shape()[x.rank() - 1];
+    let rows: usize = x.shape()[..x.rank() - 1].iter().product();
+    let x2 = match view_strides(x.shape(), x.strides(), &[rows, inf]) {
+        Some(st) => x.view_unchecked(&[rows, inf], &st, x.offset()),
+        None => x
+            .copy_as(dtype)
+            .view_unchecked(&[rows, inf], &contiguous_strides(&[rows, inf]), 0),
+    };
+    let out = match dtype {
+        DType::F64 => linear_float::<f64>(&x2, w, bias),
+        DType::F32 => linear_float::<f32>(&x2, w, bias),
+        _ => {
+            let b32 = bias.map(|b| b.to_dtype(DType::F32));
+            linear_float::<f32>(
+                &x2.to_dtype(DType::F32),
+                &w.to_dtype(DType::F32),
+                b32.as_ref(),
+            )
+            .copy_as(dtype)
+        }
+    };
+    out.view_unchecked(out_shape, &contiguous_strides(out_shape), 0)
+}
+
+fn linear_float<T: GemmT>(x: &CpuTensor, w: &CpuTensor, bias: Option<&CpuTensor>) -> CpuTensor {
+    let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[0]);
+    let bias = bias.map(|b| b.contiguous());
+    let (gx, gw) = (x.storage().guard(), w.storage().guard());
+    let gbias = bias.as_ref().map(|b| b.storage().guard());
+    let bdata: Option<&[T]> = gbias
+        .as_ref()
+        .zip(bias.as_ref())
+        .map(|(g, b)| &g.slice::<T>()[b.offset()..][..n]);
+    let (px, pw) = (gx.slice::<T>().as_ptr(), gw.slice::<T>().as_ptr());
+    let s = Storage::build::<T>(m * n, |out| {
+        if let Some(bd) = bdata {
+            for row in out.chunks_mut(n.max(1)) {
+                for (o, &v) in row.iter_mut().zip(bd) {
+                    o.write(v);
+                }
+            }
+        }
+        // SAFETY: x and w layouts are in bounds; dst (fresh, m*n elements) is initialised
+        // above when accumulating into the bias.
+        unsafe {
+            gemm_into(
+                out.as_mut_ptr() as *mut T,
+                n as isize,
+                m,
+                n,
+                k,
+                MatRef {
+                    ptr: px.wrapping_offset(x.ioffset()),
+                    rs: x.strides()[0],
+                    cs: x.strides()[1],
+                },
+                MatRef {
+                    ptr: pw.wrapping_offset(w.ioffset()),
+                    rs: w.strides()[1],
+                    cs: w.strides()[0],
+                },
+                bdata.is_some(),
+                parallelism(m, n, k),
+            )
+        };
+    });
+    CpuTensor::from_storage(s, &[m, n])
+}

@@ -1,0 +1,9 @@
+//! The eager kernels, one file per family.
+
+pub(crate) mod create;
+pub(crate) mod inplace;
+pub(crate) mod layout;
+pub(crate) mod matmul;
+pub(crate) mod norm;
+pub(crate) mod pointwise;
+pub(crate) mod reduce;

@@ -1,0 +1,192 @@
+//! Storage: the bytes behind tensors. A caching-allocated, 64-byte aligned buffer of elements
+//! of one dtype, shared by `Arc` between views, behind a reader-writer lock (kernels read under
+//! shared guards; in-place ops write under the exclusive guard), with a version counter that
+//! in-place writes bump.
+
+use crate::alloc::Block;
+use crate::element::Element;
+use crate::error::RuntimeError;
+use kiln_ir::DType;
+use parking_lot::{MappedRecursiveRwLockReadGuard, RecursiveRwLock, RecursiveRwLockReadGuard};
+use parking_lot::{MappedRecursiveRwLockWriteGuard, RecursiveRwLockWriteGuard};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The elements of a storage. Only reachable through the storage's lock.
+///
+/// Invariant: all `len` elements are initialised values of `dtype` (every constructor fills
+/// the whole buffer before the `Buf` exists).
+pub(crate) struct Buf {
+    block: Block,
+    len: usize,
+    dtype: DType,
+}
+
+impl Buf {
+    fn check<T: Element>(&self) {
+        assert_eq!(
+            T::DTYPE,
+            self.dtype,
+            "internal error: typed access with the wrong dtype"
+        );
+    }
+
+    /// The elements as a typed slice. Panics if `T` is not the storage's dtype (an internal
+    /// bug: public entry points check dtypes first).
+    pub(crate) fn slice<T: Element>(&self) -> &[T] {
+        self.check::<T>();
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the block is 64-byte aligned and holds `len` initialised `T`s (the Buf
+        // invariant; T's dtype is checked above, and the sealed Element types are exactly
+        // the dtypes' Rust types). The borrow of `self` keeps the block alive and the lock
+        // guard that produced `&self` excludes writers.
+        unsafe { std::slice::from_raw_parts(self.block.as_ptr() as *const T, self.len) }
+    }
+
+    /// The elements as a mutable typed slice (under the write guard, or before sharing).
+    pub(crate) fn slice_mut<T: Element>(&mut self) -> &mut [T] {
+        self.check::<T>();
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `slice`; `&mut self` proves exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.block.as_ptr() as *mut T, self.len) }
+    }
+}
+
+/// A buffer of `len` elements of one dtype, from the caching allocator.
+pub struct Storage {
+    buf: RecursiveRwLock<Buf>,
+    dtype: DType,
+    len: usize,
+    version: AtomicU64,
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Storage")
+            .field("dtype", &self.dtype)
+            .field("len", &self.len)
+            .field("version", &self.version())
+            .finish()
+    }
+}
+
+impl Storage {
+    /// A storage of `len` elements of `T`, initialised by `init`, which must write every
+    /// element (it is handed possibly uninitialised memory).
+    pub(crate) fn build<T: Element>(
+        len: usize,
+        init: impl FnOnce(&mut [MaybeUninit<T>]),
+    ) -> Storage {
+        let nbytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .expect("tensor size overflows usize");
+        let block = Block::new(nbytes, false);
+        if len > 0 {
+            // SAFETY: the block holds `nbytes` bytes, 64-byte aligned; MaybeUninit<T> has
+            // no validity requirement, and nothing else refers to the fresh block.
+            let s = unsafe {
+                std::slice::from_raw_parts_mut(block.as_ptr() as *mut MaybeUninit<T>, len)
+            };
+            init(s);
+        }
+        Self::from_block(block, len, T::DTYPE)
+    }
+
+    /// A storage of `len` zeros (false, 0, +0.0) of `dtype`.
+    pub(crate) fn zeros(dtype: DType, len: usize) -> Storage {
+        let nbytes = len
+            .checked_mul(dtype.size_bytes())
+            .expect("tensor size overflows usize");
+        // All-zero bytes are a valid zero of every dtype.
+        Self::from_block(Block::new(nbytes, true), len, dtype)
+    }
+
+    fn from_block(block: Block, len: usize, dtype: DType) -> Storage {
+        Storage {
+            buf: RecursiveRwLock::new(Buf { block, len, dtype }),
+            dtype,
+            len,
+            version: AtomicU64::new(0),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the storage holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes (elements times the dtype's size).
+    pub fn nbytes(&self) -> usize {
+        self.len * self.dtype.size_bytes()
+    }
+
+    /// The version counter: bumped by every in-place write (for autograd's checks).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Increments the version counter.
+    pub(crate) fn bump_version(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The address of the first element (for identity comparisons and lock ordering).
+    pub(crate) fn addr(&self) -> usize {
+        self.buf.data_ptr() as usize
+    }
+
+    /// A shared guard over the elements (recursive: a thread may hold several).
+    pub(crate) fn guard(&self) -> RecursiveRwLockReadGuard<'_, Buf> {
+        self.buf.read()
+    }
+
+    /// The exclusive guard over the elements.
+    pub(crate) fn guard_mut(&self) -> RecursiveRwLockWriteGuard<'_, Buf> {
+        self.buf.write()
+    }
+
+    /// Shared, typed access to all elements (blocks in-place writers while held).
+    pub fn read<T: Element>(
+        &self,
+    ) -> Result<MappedRecursiveRwLockReadGuard<'_, [T]>, RuntimeError> {
+        self.expect::<T>()?;
+        Ok(RecursiveRwLockReadGuard::map(self.buf.read(), |b| {
+            b.slice::<T>()
+        }))
+    }
+
+    /// Exclusive, typed access to all elements; bumps the version counter.
+    pub fn write<T: Element>(
+        &self,
+    ) -> Result<MappedRecursiveRwLockWriteGuard<'_, [T]>, RuntimeError> {
+        self.expect::<T>()?;
+        let g = self.buf.write();
+        self.bump_version();
+        Ok(RecursiveRwLockWriteGuard::map(g, |b| b.slice_mut::<T>()))
+    }
+
+    fn expect<T: Element>(&self) -> Result<(), RuntimeError> {
+        if T::DTYPE == self.dtype {
+            Ok(())
+        } else {
+            Err(RuntimeError::DTypeMismatch {
+                expected: T::DTYPE,
+                got: self.dtype,
+            })
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Non-contiguous inputs (permuted, sliced with a step, offset, expanded) give the same values
+//! as their contiguous copies, for every kernel family.
+
+mod common;
+use common::*;
+use kiln_ir::{BinaryOp, DType, Op, ReduceOp, Scalar, Shape, UnaryOp};
+use kiln_runtime::CpuTensor;
+
+const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+fn check(op: Op, args: &[&CpuTensor], vary: usize, rtol: f64) {
+    let want = ex(op.clone(), args);
+    for v in layouts(args[vary]) {
+        let mut a: Vec<&CpuTensor> = args.to_vec();
+        a[vary] = &v;
+        let got = ex(op.clone(), &a);
+        assert_eq!(got.shape(), want.shape(), "{op}");
+        assert_eq!(got.dtype(), want.dtype(), "{op}");
+        assert_close(&got.to_f64_vec(), &want.to_f64_vec(), rtol, rtol);
+    }
+}
+
+#[test]
+fn unary_ops() {
+    for dt in FLOATS {
+        for shape in [&[3usize, 5, 7][..], &[64, 1100]] {
+            let x = randn(shape, dt, 1);
+            for u in UnaryOp::ALL {
+                check(Op::Unary(u), &[&x], 0, 0.0);
+            }
+            check(Op::Cast { dtype: DType::I32 }, &[&x], 0, 0.0);
+            check(Op::Contiguous, &[&x], 0, 0.0);
+        }
+    }
+    for dt in [DType::I32, DType::I64] {
+        let x = ex(
+            Op::Cast { dtype: dt },
+            &[&ex_s(
+                Op::Binary(BinaryOp::Mul),
+                &randn(&[4, 9], DType::F32, 2),
+                Scalar::Float(50.0),
+            )],
+        );
+        for u in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu, UnaryOp::Exp] {
+            check(Op::Unary(u), &[&x], 0, 0.0);
+        }
+    }
+}
+
+#[test]
+fn binary_ops() {
+    for dt in FLOATS.into_iter().chain([DType::I64]) {
+        let a = ex(
+            Op::Cast { dtype: dt },
+            &[&ex_s(
+                Op::Binary(BinaryOp::Mul),
+                &randn(&[6, 70], DType::F64, 3),
+                Scalar::Float(10.0),
+            )],
+        );
+        let b = ex(
+            Op::Cast { dtype: dt },
+            &[&ex_s(
+                Op::Binary(BinaryOp::Mul),
+                &randn(&[6, 70], DType::F64, 4),
+                Scalar::Float(10.0),
+            )],
+        );
+        let row = ex(Op::Cast { dtype: dt }, &[&randn(&[70], DType::F64, 5)]);
+        for op in BinaryOp::ALL {
+            if op == BinaryOp::Pow && !dt.is_float() {
+                continue;
+            }
+            check(Op::Binary(op), &[&a, &b], 0, 0.0);
+            check(Op::Binary(op), &[&a, &b], 1, 0.0);
+            check(Op::Binary(op), &[&a, &row], 0, 0.0);
+            check(Op::Binary(op), &[&row, &a], 1, 0.0);
+        }
+    }
+    let big_a = randn(&[300, 257], DType::F32, 6);
+    let big_b = randn(&[300, 257], DType::F32, 7);
+    check(Op::Binary(BinaryOp::Add), &[&big_a, &big_b], 0, 0.0);
+    check(Op::Binary(BinaryOp::Mul), &[&big_a, &big_b], 1, 0.0);
+    let cond = ex(Op::Binary(BinaryOp::Gt), &[&big_a, &big_b]);
+    check(Op::Where, &[&cond, &big_a, &big_b], 0, 0.0);
+    check(Op::Where, &[&cond, &big_a, &big_b], 2, 0.0);
+}
+
+#[test]
+fn expanded_operands_match_materialised() {
+    let x = randn(&[1, 37], DType::F32, 8);
+    let e = ex(
+        Op::Expand {
+            shape: Shape::of(&[5, 37]),
+        },
+        &[&x],
+    );
+    assert!(e.shares_storage(&x));
+    assert_eq!(e.strides()[0], 0);
+    let m = ex(Op::Contiguous, &[&e]);
+    let y = randn(&[5, 37], DType::F32, 9);
+    for op in [Op::Binary(BinaryOp::Sub), Op::Unary(UnaryOp::Tanh)] {
+        let args_e: Vec<&CpuTensor> = if matches!(op, Op::Unary(_)) {
+            vec![&e]
+        } else {
+            vec![&e, &y]
+        };
+        let args_m: Vec<&CpuTensor> = if matches!(op, Op::Unary(_)) {
+            vec![&m]
+        } else {
+            vec![&m, &y]
+        };
+        assert_eq!(
+            ex(op.clone(), &args_e).to_f64_vec(),
+            ex(op, &args_m).to_f64_vec()
+        );
+    }
+    let s_e = ex(
+        Op::Reduce {
+            op: ReduceOp::Sum,
+            dims: vec![0],
+            keepdim: false,
+        },
+        &[&e],
+    );
+    let s_m = ex(
+        Op::Reduce {
+            op: ReduceOp::Sum,
+            dims: vec![0],
+            keepdim: false,
+        },
+        &[&m],
+    );
+    assert_close(&s_e.to_f64_vec(), &s_m.to_f64_vec(), 1e-6, 0.0);
+    let w = randn(&[37, 4], DType::F32, 10);
+    assert_close(
+        &ex(Op::Matmul, &[&e, &w]).to_f64_vec(),
+        &ex(Op::Matmul, &[&m, &w]).to_f64_vec(),
+        1e-6,
+        1e-6,
+    );
+}
+
+#[test]
+fn reductions() {
+    for dt in FLOATS.into_iter().chain([DType::I32]) {
+        let x = ex(
+            Op::Cast { dtype: dt },
+            &[&ex_s(
+                Op::Binary(BinaryOp::Mul),
+                &randn(&[4, 5, 6], DType::F64, 11),
+                Scalar::Float(20.0),
+            )],
+        );
+        let tol = if dt.is_float() { 1e-5 } else { 0.0 };
+        for dims in [vec![], vec![0], vec![-1], vec![1], vec![0, 2], vec![0, 1]] {
+            for keepdim in [false, true] {
+                for r in ReduceOp::ALL {
+                    if r == ReduceOp::Mean && !dt.is_float() {
+                        continue;
+                    }
+                    check(
+                        Op::Reduce {
+                            op: r,
+                            dims: dims.clone(),
+                            keepdim,
+                        },
+                        &[&x],
+                        0,
+                        tol,
+                    );
+                }
+                if dt.is_float() {
+                    check(
+                        Op::Var {
+                            dims: dims.clone(),
+                            correction: 1,
+                            keepdim,
+                        },
+                        &[&x],
+                        0,
+                        1e-5,
+                    );
+                }
+            }
+        }
+        for d in [0, 1, 2] {
+            check(
+                Op::Argmax {
+                    dim: d,
+                    keepdim: false,
+                },
+                &[&x],
+                0,
+                0.0,
+            );
+        }
+    }
+    // Long rows and many rows take the parallel paths.
+    let big = randn(&[3, 200_000], DType::F32, 12);
+    check(
+        Op::Reduce {
+            op: ReduceOp::Sum,
+            dims: vec![],
+            keepdim: false,
+        },
+        &[&big],
+        0,
+        1e-5,
+    );
+    check(
+        Op::Reduce {
+            op: ReduceOp::Max,
+            dims: vec![1],
+            keepdim: false,
+        },
+        &[&big],
+        0,
+        0.0,
+    );
+    check(
+        Op::Reduce {
+            op: ReduceOp::Mean,
+            dims: vec![0],
+            keepdim: true,
+        },
+        &[&big],
+        0,
+        1e-5,
+    );
+}
+
+#[test]
+fn normalisations() {
+    for dt in FLOATS {
+        let x = randn(&[3, 4, 33], dt, 13);
+        let tol = if dt == DType::F32 || dt == DType::F64 {
+            1e-6
+        } else {
+            1e-2
+        };
+        for d in [0, 1, -1] {
+            check(Op::Softmax { dim: d }, &[&x], 0, tol);
+            check(Op::LogSoftmax { dim: d }, &[&x], 0, tol);
+        }
+        let w = randn(&[4, 33], dt, 14);
+        let b = randn(&[4, 33], dt, 15);
+        check(Op::LayerNorm { ndim: 2, eps: 1e-5 }, &[&x, &w, &b], 0, tol);
+        check(Op::LayerNorm { ndim: 2, eps: 1e-5 }, &[&x, &w, &b], 1, tol);
+        let w1 = randn(&[33], dt, 16);
+        check(Op::RmsNorm { ndim: 1, eps: 1e-6 }, &[&x, &w1], 0, tol);
+    }
+}
+
+#[test]
+fn matmuls() {
+    for dt in [DType::F32, DType::F64, DType::BF16, DType::I64] {
+        let cast = |t: CpuTensor| {
+            ex(
+                Op::Cast { dtype: dt },
+                &[&ex_s(Op::Binary(BinaryOp::Mul), &t, Scalar::Float(4.0))],
+            )
+        };
+        let a = cast(randn(&[2, 3, 5, 7], DType::F64, 17));
+        let b = cast(randn(&[3, 7, 4], DType::F64, 18));
+        let tol = match dt {
+            DType::BF16 => 1e-2,
+            DType::I64 => 0.0,
+            _ => 1e-5, // different gemm paths sum in different orders
+        };
+        check(Op::Matmul, &[&a, &b], 0, tol);
+        check(Op::Matmul, &[&a, &b], 1, tol);
+        let m = cast(randn(&[9, 7], DType::F64, 19));
+        let v = cast(randn(&[7], DType::F64, 20));
+        check(Op::Matmul, &[&m, &b], 0, tol);
+        check(Op::Matmul, &[&a, &v], 0, tol);
+        check(Op::Matmul, &[&v, &b], 1, tol);
+    }
+    let x = randn(&[2, 5, 16], DType::F32, 21);
+    let w = randn(&[8, 16], DType::F32, 22);
+    let bias = randn(&[8], DType::F32, 23);
+    check(Op::Linear, &[&x, &w, &bias], 0, 1e-5);
+    check(Op::Linear, &[&x, &w, &bias], 1, 1e-5);
+    check(Op::Linear, &[&x, &w], 1, 1e-5);
+    // Large enough for gemm's own threads and the folded batch path.
+    let a = randn(&[4, 64, 96], DType::F32, 24);
+    let b = randn(&[96, 80], DType::F32, 25);
+    check(Op::Matmul, &[&a, &b], 0, 1e-5);
+    check(Op::Matmul, &[&a, &b], 1, 1e-5);
+}
+
+#[test]
+fn layout_copies() {
+    let x = randn(&[4, 6, 5], DType::F32, 26);
+    check(Op::Triu { diagonal: 1 }, &[&x], 0, 0.0);
+    check(Op::Tril { diagonal: -1 }, &[&x], 0, 0.0);
+    let idx = t(&[3.0, 0.0, 3.0], &[3], DType::I64);
+    for d in 0..3 {
+        check(Op::IndexSelect { dim: d }, &[&x, &idx], 0, 0.0);
+    }
+    let y = randn(&[4, 2, 5], DType::F32, 27);
+    check(Op::Cat { dim: 1 }, &[&x, &y], 0, 0.0);
+    check(Op::Cat { dim: 1 }, &[&x, &y], 1, 0.0);
+    check(
+        Op::Reshape {
+            shape: Shape::of(&[24, 5]),
+        },
+        &[&x],
+        0,
+        0.0,
+    );
+    check(
+        Op::Reshape {
+            shape: Shape::of(&[120]),
+        },
+        &[&x],
+        0,
+        0.0,
+    );
+}
