@@ -28,7 +28,11 @@ fn main() -> kiln::Result<()> {
     let a = Tensor::randn(&[n, n], DType::F32, 1)?;
     let b = Tensor::randn(&[n, n], DType::F32, 2)?;
     let s = median_secs(|| drop(a.matmul(&b).unwrap()));
-    println!("matmul f32 {n}x{n}x{n}: {:.2} ms, {:.1} GFLOP/s", s * 1e3, 2.0 * (n as f64).powi(3) / s / 1e9);
+    println!(
+        "matmul f32 {n}x{n}x{n}: {:.2} ms, {:.1} GFLOP/s",
+        s * 1e3,
+        2.0 * (n as f64).powi(3) / s / 1e9
+    );
 
     let len = 16 << 20;
     let x = Tensor::randn(&[len], DType::F32, 3)?;
@@ -38,16 +42,40 @@ fn main() -> kiln::Result<()> {
         println!("{name:<28} {:.2} ms, {:.1} GB/s", s * 1e3, bytes / s / 1e9);
     };
     let xt = x.reshape(&[4096, 4096])?.transpose(0, 1)?;
-    report("copy (contiguous of .t())", 2.0 * mb, median_secs(|| drop(xt.contiguous().unwrap())));
-    report("add x + y", 3.0 * mb, median_secs(|| drop((&x + &y).unwrap())));
-    report("mul x * 1.5", 2.0 * mb, median_secs(|| drop((&x * 1.5).unwrap())));
+    report(
+        "copy (contiguous of .t())",
+        2.0 * mb,
+        median_secs(|| drop(xt.contiguous().unwrap())),
+    );
+    report(
+        "add x + y",
+        3.0 * mb,
+        median_secs(|| drop((&x + &y).unwrap())),
+    );
+    report(
+        "mul x * 1.5",
+        2.0 * mb,
+        median_secs(|| drop((&x * 1.5).unwrap())),
+    );
     report("relu x", 2.0 * mb, median_secs(|| drop(x.relu().unwrap())));
     report("exp x", 2.0 * mb, median_secs(|| drop(x.exp().unwrap())));
     report("tanh x", 2.0 * mb, median_secs(|| drop(x.tanh().unwrap())));
-    report("sum x (all)", mb, median_secs(|| drop(x.sum(&[], false).unwrap())));
+    report(
+        "sum x (all)",
+        mb,
+        median_secs(|| drop(x.sum(&[], false).unwrap())),
+    );
     let rows = x.reshape(&[4096, 4096])?;
-    report("softmax rows 4096x4096", 2.0 * mb, median_secs(|| drop(rows.softmax(-1).unwrap())));
-    report("layer_norm rows 4096x4096", 2.0 * mb, median_secs(|| drop(rows.layer_norm(&[4096], None, None, 1e-5).unwrap())));
+    report(
+        "softmax rows 4096x4096",
+        2.0 * mb,
+        median_secs(|| drop(rows.softmax(-1).unwrap())),
+    );
+    report(
+        "layer_norm rows 4096x4096",
+        2.0 * mb,
+        median_secs(|| drop(rows.layer_norm(&[4096], None, None, 1e-5).unwrap())),
+    );
     let stats = kiln::allocator_stats();
     println!(
         "allocator: {} MiB allocated, {} MiB reserved",

@@ -100,59 +100,64 @@ fn shown(n: usize, summarize: bool) -> Vec<Option<usize>> {
     }
 }
 
-fn render(
-    out: &mut String,
-    fmt: &Formatter,
-    data: &[f64],
-    shape: &[usize],
-    strides: &[usize],
-    base: usize,
-    indent: usize,
+/// What every level of the nested rendering shares.
+struct Printer<'a> {
+    fmt: &'a Formatter,
+    data: &'a [f64],
     summarize: bool,
-) {
-    out.push('[');
-    let dims = shown(shape[0], summarize);
-    if shape.len() == 1 {
-        let per_line = ((LINE_WIDTH.saturating_sub(indent)) / (fmt.width + 2)).max(1);
-        for (k, i) in dims.iter().enumerate() {
-            if k > 0 {
-                out.push(',');
-                if k % per_line == 0 {
-                    out.push('\n');
-                    out.push_str(&" ".repeat(indent + 1));
-                } else {
-                    out.push(' ');
+}
+
+impl Printer<'_> {
+    /// Renders the sub-tensor at `base` with the given (row-major) shape and strides.
+    fn render(
+        &self,
+        out: &mut String,
+        shape: &[usize],
+        strides: &[usize],
+        base: usize,
+        indent: usize,
+    ) {
+        out.push('[');
+        let dims = shown(shape[0], self.summarize);
+        if shape.len() == 1 {
+            let per_line = (LINE_WIDTH.saturating_sub(indent) / (self.fmt.width + 2)).max(1);
+            for (k, i) in dims.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                    if k % per_line == 0 {
+                        out.push('\n');
+                        out.push_str(&" ".repeat(indent + 1));
+                    } else {
+                        out.push(' ');
+                    }
+                }
+                match i {
+                    Some(i) => out.push_str(&self.fmt.cell(self.data[base + i * strides[0]])),
+                    None => out.push_str(" ..."),
                 }
             }
-            match i {
-                Some(i) => out.push_str(&fmt.cell(data[base + i * strides[0]])),
-                None => out.push_str(" ..."),
+        } else {
+            let blank_lines = shape.len() - 1;
+            for (k, i) in dims.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                    out.push_str(&"\n".repeat(blank_lines));
+                    out.push_str(&" ".repeat(indent + 1));
+                }
+                match i {
+                    Some(i) => self.render(
+                        out,
+                        &shape[1..],
+                        &strides[1..],
+                        base + i * strides[0],
+                        indent + 1,
+                    ),
+                    None => out.push_str("..."),
+                }
             }
         }
-    } else {
-        let blank_lines = shape.len() - 1;
-        for (k, i) in dims.iter().enumerate() {
-            if k > 0 {
-                out.push(',');
-                out.push_str(&"\n".repeat(blank_lines));
-                out.push_str(&" ".repeat(indent + 1));
-            }
-            match i {
-                Some(i) => render(
-                    out,
-                    fmt,
-                    data,
-                    &shape[1..],
-                    &strides[1..],
-                    base + i * strides[0],
-                    indent + 1,
-                    summarize,
-                ),
-                None => out.push_str("..."),
-            }
-        }
+        out.push(']');
     }
-    out.push(']');
 }
 
 impl fmt::Display for Tensor {
@@ -192,16 +197,12 @@ impl fmt::Display for Tensor {
                 } else {
                     Formatter::new(self.dtype(), &data)
                 };
-                render(
-                    &mut out,
-                    &fmtr,
-                    &data,
-                    shape,
-                    &strides,
-                    0,
-                    "tensor(".len(),
+                let p = Printer {
+                    fmt: &fmtr,
+                    data: &data,
                     summarize,
-                );
+                };
+                p.render(&mut out, shape, &strides, 0, "tensor(".len());
             }
         }
         if !matches!(self.dtype(), DType::F32 | DType::I64 | DType::Bool) {

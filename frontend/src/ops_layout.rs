@@ -40,7 +40,7 @@ impl Tensor {
         }
         let mut dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(i) = infer_at {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 return Err(invalid(
                     "reshape",
                     self.shape(),
