@@ -12,6 +12,8 @@
 //! Every op returns [`Result`]: bad input (shapes that do not broadcast, a dim out of range,
 //! an index past the end) is a typed [`Error`] naming the op and the shapes, never a panic.
 
+#![warn(missing_docs)]
+
 mod display;
 mod error;
 pub mod graph_exec;

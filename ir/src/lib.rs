@@ -8,6 +8,8 @@
 //! * [`verify()`]: the graph invariants.
 //! * [`rng`]: the counter-based random generator that eager and the interpreter share.
 
+#![warn(missing_docs)]
+
 mod dtype;
 mod graph;
 pub mod infer;

@@ -5,6 +5,8 @@
 //! Inputs come in several layouts so that every kernel is exercised on non-contiguous data:
 //! see [`Layout`].
 
+#![warn(missing_docs)]
+
 use kiln::ir::interp::{eval, Value};
 use kiln::ir::{Arg, Graph, Op, Scalar, TensorType};
 use kiln::{DType, Tensor};
