@@ -1,7 +1,7 @@
 //! Runs an IR graph eagerly, node by node, on [`Tensor`]s: the `eager` backend of
 //! `kiln run` and the simplest executor every compiled backend is compared with.
 //!
-//! In-place nodes are functional in the IR: the executor applies them to a copy of their
+//! In-place nodes are functional in the IR: the runtime applies them to a copy of their
 //! destination, so running a graph never changes the caller's tensors.
 
 use crate::error::{Error, Result};
@@ -55,7 +55,8 @@ pub fn bind_inputs(g: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, usize
 
 /// Runs `g` on `inputs` (in signature order) and returns its outputs in return order.
 pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-    bind_inputs(g, inputs)?;
+    let bound = bind_inputs(g, inputs)?;
+    let lookup = |s: &str| bound.get(s).copied();
     let mut values: HashMap<kiln_ir::NodeId, Tensor> = HashMap::new();
     for ((_, id), t) in g.inputs().iter().zip(inputs) {
         values.insert(*id, t.clone());
@@ -72,34 +73,15 @@ pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
                 Arg::Scalar(s) => Operand::Scalar(*s),
             })
             .collect();
-        let out = match &node.op {
-            Op::Inplace(op) => {
-                let Some(Operand::Tensor(dst)) = args.first().copied() else {
-                    return Err(crate::error::invalid(
-                        op_name(*op),
-                        &[],
-                        "the destination must be a tensor",
-                    ));
-                };
-                let copy = Tensor::apply(&Op::Contiguous, &[Operand::Tensor(dst)])?;
-                let arg = match args
-                    .get(1)
-                    .copied()
-                    .unwrap_or(Operand::Scalar(kiln_ir::Scalar::Int(0)))
-                {
-                    Operand::Tensor(t) => kiln_runtime::EagerArg::Tensor(&t.inner),
-                    Operand::Scalar(s) => kiln_runtime::EagerArg::Scalar(s),
-                };
-                kiln_runtime::execute_inplace(*op, &copy.inner, arg)?;
-                copy
-            }
-            op => Tensor::apply(op, &args)?,
-        };
+        let op = node.op.bind_symbols(&lookup).map_err(|s| {
+            crate::error::invalid(
+                node.op.name(),
+                &[],
+                format!("symbolic dim `{s}` is not bound by any input"),
+            )
+        })?;
+        let out = Tensor::apply(&op, &args)?;
         values.insert(id, out);
     }
     Ok(g.outputs().iter().map(|o| values[o].clone()).collect())
-}
-
-fn op_name(op: kiln_ir::InplaceOp) -> &'static str {
-    op.name()
 }

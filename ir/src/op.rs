@@ -837,6 +837,50 @@ impl Op {
         })
     }
 
+    /// The shape attribute of `full`, `rand`, `randn`, `reshape` and `expand`.
+    pub fn shape_attr(&self) -> Option<&Shape> {
+        match self {
+            Op::Full { shape, .. }
+            | Op::Rand { shape, .. }
+            | Op::Randn { shape, .. }
+            | Op::Reshape { shape }
+            | Op::Expand { shape } => Some(shape),
+            _ => None,
+        }
+    }
+
+    /// This op with every symbolic dim of its shape attribute replaced by the size `lookup`
+    /// gives it (borrowed when nothing changes). Fails with the name of an unbound symbol.
+    pub fn bind_symbols(
+        &self,
+        lookup: &dyn Fn(&str) -> Option<usize>,
+    ) -> Result<std::borrow::Cow<'_, Op>, String> {
+        use std::borrow::Cow;
+        match self.shape_attr() {
+            Some(shape) if !shape.is_static() => {
+                let concrete = shape
+                    .dims()
+                    .iter()
+                    .map(|d| match d {
+                        Dim::Const(n) => Ok(Dim::Const(*n)),
+                        Dim::Sym(s) => lookup(s).map(Dim::Const).ok_or_else(|| s.to_string()),
+                    })
+                    .collect::<Result<Shape, String>>()?;
+                let mut op = self.clone();
+                if let Op::Full { shape, .. }
+                | Op::Rand { shape, .. }
+                | Op::Randn { shape, .. }
+                | Op::Reshape { shape }
+                | Op::Expand { shape } = &mut op
+                {
+                    *shape = concrete;
+                }
+                Ok(Cow::Owned(op))
+            }
+            _ => Ok(Cow::Borrowed(self)),
+        }
+    }
+
     /// True for pointwise ops (unary, binary, where, cast).
     pub fn is_elementwise(&self) -> bool {
         matches!(

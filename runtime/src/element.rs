@@ -38,10 +38,14 @@ pub(crate) trait Kern: Element + PartialOrd + Default {
     fn is_nan_(self) -> bool {
         false
     }
-    /// Converts a scalar literal with cast semantics.
+    /// Converts a scalar literal with cast semantics; an integer literal outside the range of
+    /// i32 saturates (as the interpreter's rounding does), so `x < i64::MAX` stays true.
     fn from_scalar(s: Scalar) -> Self {
         match s {
             Scalar::Float(f) => Self::from_f64(f),
+            Scalar::Int(i) if Self::DTYPE == DType::I32 => {
+                Self::from_i64(i.clamp(i32::MIN as i64, i32::MAX as i64))
+            }
             Scalar::Int(i) => Self::from_i64(i),
             Scalar::Bool(b) => Self::from_i64(b as i64),
         }

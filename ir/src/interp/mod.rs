@@ -432,28 +432,8 @@ fn resolve_shape(
 
 /// `op` with every symbolic dim of its shape attribute replaced by its bound size.
 fn resolve_op<'a>(op: &'a Op, lookup: &dyn Fn(&str) -> Option<usize>) -> Result<Cow<'a, Op>, Fail> {
-    let shape = match op {
-        Op::Full { shape, .. }
-        | Op::Rand { shape, .. }
-        | Op::Randn { shape, .. }
-        | Op::Reshape { shape }
-        | Op::Expand { shape } => shape,
-        _ => return Ok(Cow::Borrowed(op)),
-    };
-    if shape.is_static() {
-        return Ok(Cow::Borrowed(op));
-    }
-    let concrete = Shape::of(&resolve_shape(shape, lookup)?);
-    let mut op = op.clone();
-    match &mut op {
-        Op::Full { shape, .. }
-        | Op::Rand { shape, .. }
-        | Op::Randn { shape, .. }
-        | Op::Reshape { shape }
-        | Op::Expand { shape } => *shape = concrete,
-        _ => unreachable!("matched above"),
-    }
-    Ok(Cow::Owned(op))
+    op.bind_symbols(lookup)
+        .map_err(|s| format!("symbolic dim `{s}` is not bound"))
 }
 
 /// The tensor operand `i` (inference has already checked that it is one).
