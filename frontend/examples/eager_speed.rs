@@ -41,6 +41,29 @@ fn main() -> kiln::Result<()> {
     let report = |name: &str, bytes: f64, s: f64| {
         println!("{name:<28} {:.2} ms, {:.1} GB/s", s * 1e3, bytes / s / 1e9);
     };
+    // The bandwidth reference at the same working-set size: a plain Rust triad
+    // `a = b + 1.5 * c` on all cores (2 reads + 1 write), no kiln involved.
+    let (b, c) = (x.to_vec::<f32>()?, y.to_vec::<f32>()?);
+    let mut a = vec![0f32; len];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let triad = median_secs(|| {
+        let chunk = len.div_ceil(threads);
+        std::thread::scope(|s| {
+            for ((a, b), c) in a
+                .chunks_mut(chunk)
+                .zip(b.chunks(chunk))
+                .zip(c.chunks(chunk))
+            {
+                s.spawn(move || {
+                    a.iter_mut()
+                        .zip(b)
+                        .zip(c)
+                        .for_each(|((a, b), c)| *a = b + 1.5 * c)
+                });
+            }
+        });
+    });
+    report("triad reference (plain Rust)", 3.0 * mb, triad);
     let xt = x.reshape(&[4096, 4096])?.transpose(0, 1)?;
     report(
         "copy (contiguous of .t())",
