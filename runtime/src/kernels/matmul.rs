@@ -187,22 +187,63 @@ fn folded_row_stride(t: &CpuTensor) -> Option<isize> {
     Some(dims.last().map_or(0, |d| d.1))
 }
 
-fn matmul_float<T: GemmT>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
+/// Sizes and element strides of a batched `a @ b` over operands of rank ≥ 2.
+struct Geometry {
+    m: usize,
+    k: usize,
+    n: usize,
+    /// the number of batch items
+    nb: usize,
+    /// per-batch-dim strides of `a` and `b` (0 where broadcast)
+    sa: Vec<isize>,
+    sb: Vec<isize>,
+    a_rs: isize,
+    a_cs: isize,
+    b_rs: isize,
+    b_cs: isize,
+    /// the result shape: batch dims then [m, n]
+    shape: Vec<usize>,
+}
+
+fn geometry(a: &CpuTensor, b: &CpuTensor) -> Geometry {
     let (ra, rb) = (a.rank(), b.rank());
-    let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
     let (batch, sa, sb) = batch_layout(a, b);
-    let nb: usize = batch.iter().product();
-    let (ga, gb) = (a.storage().guard(), b.storage().guard());
-    let (pa, pb) = (ga.slice::<T>().as_ptr(), gb.slice::<T>().as_ptr());
-    let (a_rs, a_cs, b_rs, b_cs) = (
-        a.strides()[ra - 2],
-        a.strides()[ra - 1],
-        b.strides()[rb - 2],
-        b.strides()[rb - 1],
-    );
+    let (m, n) = (a.shape()[ra - 2], b.shape()[rb - 1]);
     let mut shape = batch.clone();
     shape.extend([m, n]);
-    let a_batched_fully = a.shape()[..ra - 2].iter().product::<usize>() == nb;
+    Geometry {
+        m,
+        k: a.shape()[ra - 1],
+        n,
+        nb: batch.iter().product(),
+        sa,
+        sb,
+        a_rs: a.strides()[ra - 2],
+        a_cs: a.strides()[ra - 1],
+        b_rs: b.strides()[rb - 2],
+        b_cs: b.strides()[rb - 1],
+        shape,
+    }
+}
+
+fn matmul_float<T: GemmT>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
+    let Geometry {
+        m,
+        k,
+        n,
+        nb,
+        sa,
+        sb,
+        a_rs,
+        a_cs,
+        b_rs,
+        b_cs,
+        shape,
+    } = geometry(a, b);
+    let batch = &shape[..shape.len() - 2];
+    let (ga, gb) = (a.storage().guard(), b.storage().guard());
+    let (pa, pb) = (ga.slice::<T>().as_ptr(), gb.slice::<T>().as_ptr());
+    let a_batched_fully = a.shape()[..a.rank() - 2].iter().product::<usize>() == nb;
     let s = Storage::build::<T>(nb * m * n, |out| {
         let dst = out.as_mut_ptr() as *mut T;
         if nb > 1 && sb.iter().all(|&s| s == 0) && a_batched_fully {
@@ -310,20 +351,22 @@ unsafe impl<T> Send for MatRef<T> {}
 unsafe impl<T> Sync for MatRef<T> {}
 
 fn matmul_int<T: IntKern>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
-    let (ra, rb) = (a.rank(), b.rank());
-    let (m, k, n) = (a.shape()[ra - 2], a.shape()[ra - 1], b.shape()[rb - 1]);
-    let (batch, sa, sb) = batch_layout(a, b);
-    let nb: usize = batch.iter().product();
+    let Geometry {
+        m,
+        k,
+        n,
+        nb,
+        sa,
+        sb,
+        a_rs,
+        a_cs,
+        b_rs,
+        b_cs,
+        shape,
+    } = geometry(a, b);
+    let batch = &shape[..shape.len() - 2];
     let (ga, gb) = (a.storage().guard(), b.storage().guard());
     let (da, db) = (ga.slice::<T>(), gb.slice::<T>());
-    let (a_rs, a_cs, b_rs, b_cs) = (
-        a.strides()[ra - 2],
-        a.strides()[ra - 1],
-        b.strides()[rb - 2],
-        b.strides()[rb - 1],
-    );
-    let mut shape = batch.clone();
-    shape.extend([m, n]);
     let s = Storage::build::<T>(nb * m * n, |out| {
         if n == 0 {
             return;
