@@ -226,6 +226,24 @@ fn geometry(a: &CpuTensor, b: &CpuTensor) -> Geometry {
     }
 }
 
+/// The element offsets of batch item `bi`'s matrices in `a` and `b`: the row-major batch
+/// index decomposed over `batch` and weighted by each operand's batch strides.
+fn batch_offsets(
+    bi: usize,
+    batch: &[usize],
+    (sa, sb): (&[isize], &[isize]),
+    (oa, ob): (isize, isize),
+) -> (isize, isize) {
+    let (mut rem, mut oa, mut ob) = (bi, oa, ob);
+    for d in (0..batch.len()).rev() {
+        let i = (rem % batch[d]) as isize;
+        rem /= batch[d];
+        oa += i * sa[d];
+        ob += i * sb[d];
+    }
+    (oa, ob)
+}
+
 fn matmul_float<T: GemmT>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
     let Geometry {
         m,
@@ -276,16 +294,7 @@ fn matmul_float<T: GemmT>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
                 return;
             }
         }
-        let offsets = |bi: usize| {
-            let (mut rem, mut oa, mut ob) = (bi, a.ioffset(), b.ioffset());
-            for d in (0..batch.len()).rev() {
-                let i = (rem % batch[d]) as isize;
-                rem /= batch[d];
-                oa += i * sa[d];
-                ob += i * sb[d];
-            }
-            (oa, ob)
-        };
+        let offsets = |bi: usize| batch_offsets(bi, batch, (&sa, &sb), (a.ioffset(), b.ioffset()));
         let (base_a, base_b) = (
             MatRef {
                 ptr: pa,
@@ -377,13 +386,7 @@ fn matmul_int<T: IntKern>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
             for (r, orow) in chunk.chunks_mut(n).enumerate() {
                 let row = start / n + r;
                 let (bi, i) = (row / m, row % m);
-                let (mut rem, mut oa, mut ob) = (bi, a.ioffset(), b.ioffset());
-                for d in (0..batch.len()).rev() {
-                    let ix = (rem % batch[d]) as isize;
-                    rem /= batch[d];
-                    oa += ix * sa[d];
-                    ob += ix * sb[d];
-                }
+                let (oa, ob) = batch_offsets(bi, batch, (&sa, &sb), (a.ioffset(), b.ioffset()));
                 acc.iter_mut().for_each(|x| *x = T::ZERO);
                 for p in 0..k {
                     let av = da[(oa + i as isize * a_rs + p as isize * a_cs) as usize];
