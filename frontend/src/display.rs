@@ -162,7 +162,11 @@ impl Printer<'_> {
 
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let data = self.to_vec_f64();
+        let data = match self.to_vec_f64() {
+            Ok(d) => d,
+            // under `fullgraph`, printing a traced tensor cannot break the graph
+            Err(e) => return write!(f, "tensor(<traced {}: {e}>)", self.tensor_type()),
+        };
         let shape = self.shape();
         let summarize = data.len() > SUMMARY_THRESHOLD;
         let mut strides = vec![1usize; shape.len()];

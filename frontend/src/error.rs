@@ -31,6 +31,25 @@ pub enum Error {
         /// what was passed (or why it does not fit)
         got: String,
     },
+    /// `fullgraph: true` and the traced function did something that ends a graph (reading
+    /// a tensor's values, an in-place op).
+    #[error("fullgraph: `{op}` at {loc} would break the graph: {reason}")]
+    GraphBreak {
+        /// the op that reads values or mutates (`item`, `to_vec`, `add_`, ...)
+        op: &'static str,
+        /// the user's source location (`file.rs:line:col`)
+        loc: String,
+        /// why it breaks the graph
+        reason: String,
+    },
+    /// A compiled function could not be traced or compiled.
+    #[error("compile @{function}: {reason}")]
+    Compile {
+        /// the compiled function's name
+        function: String,
+        /// what went wrong
+        reason: String,
+    },
     /// A file could not be read or written.
     #[error("{path}: {reason}")]
     Io {

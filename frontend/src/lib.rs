@@ -14,10 +14,12 @@
 
 #![warn(missing_docs)]
 
+pub mod compile;
 mod display;
 mod error;
 pub mod graph_exec;
 pub mod io;
+pub mod models;
 mod operand;
 mod operators;
 mod ops_inplace;
@@ -26,6 +28,10 @@ mod ops_pointwise;
 mod ops_reduce;
 mod tensor;
 
+pub use compile::{
+    compile, compile_with, explain, Backend, CompileOptions, CompileStats, CompiledFn, Dynamic,
+    ExplainReport,
+};
 pub use error::{Error, Result};
 pub use kiln_ir::{DType, Dim, Graph, Scalar, Shape, TensorType};
 pub use kiln_runtime::{allocator_stats, empty_cache, AllocStats, Element};

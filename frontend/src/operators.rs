@@ -7,6 +7,7 @@ use crate::{Operand, Tensor};
 use kiln_ir::{BinaryOp, Op, Scalar};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
+#[track_caller]
 fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>) -> Result<Tensor> {
     Tensor::apply(&Op::Binary(op), &[a, b])
 }
@@ -15,24 +16,28 @@ macro_rules! tensor_operators {
     ($($trait:ident $method:ident $op:ident),*) => {$(
         impl $trait<&Tensor> for &Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: &Tensor) -> Result<Tensor> {
                 binary(BinaryOp::$op, self.into(), rhs.into())
             }
         }
         impl $trait<Tensor> for Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: Tensor) -> Result<Tensor> {
                 binary(BinaryOp::$op, (&self).into(), (&rhs).into())
             }
         }
         impl $trait<&Tensor> for Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: &Tensor) -> Result<Tensor> {
                 binary(BinaryOp::$op, (&self).into(), rhs.into())
             }
         }
         impl $trait<Tensor> for &Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: Tensor) -> Result<Tensor> {
                 binary(BinaryOp::$op, self.into(), (&rhs).into())
             }
@@ -42,24 +47,28 @@ macro_rules! tensor_operators {
     (@scalars $trait:ident $method:ident $op:ident $($s:ty)*) => {$(
         impl $trait<$s> for &Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: $s) -> Result<Tensor> {
                 binary(BinaryOp::$op, self.into(), Operand::Scalar(Scalar::from(rhs)))
             }
         }
         impl $trait<$s> for Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: $s) -> Result<Tensor> {
                 binary(BinaryOp::$op, (&self).into(), Operand::Scalar(Scalar::from(rhs)))
             }
         }
         impl $trait<&Tensor> for $s {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: &Tensor) -> Result<Tensor> {
                 binary(BinaryOp::$op, Operand::Scalar(Scalar::from(self)), rhs.into())
             }
         }
         impl $trait<Tensor> for $s {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: Tensor) -> Result<Tensor> {
                 binary(BinaryOp::$op, Operand::Scalar(Scalar::from(self)), (&rhs).into())
             }
@@ -71,6 +80,7 @@ tensor_operators!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div);
 
 impl Neg for &Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn neg(self) -> Result<Tensor> {
         Tensor::neg(self)
     }
@@ -78,6 +88,7 @@ impl Neg for &Tensor {
 
 impl Neg for Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn neg(self) -> Result<Tensor> {
         Tensor::neg(&self)
     }

@@ -7,30 +7,38 @@ use kiln_ir::InplaceOp;
 use kiln_runtime::{execute_inplace, EagerArg};
 
 impl Tensor {
+    /// Inside a traced function an in-place op is a graph break: the graph so far runs and
+    /// the mutation is applied to real data, as eager code would.
+    #[track_caller]
     fn inplace(&self, op: InplaceOp, arg: Operand<'_>) -> Result<()> {
+        let dst = self.read(op.name())?;
         let arg = match arg {
-            Operand::Tensor(t) => EagerArg::Tensor(&t.inner),
+            Operand::Tensor(t) => EagerArg::Tensor(t.real()?),
             Operand::Scalar(s) => EagerArg::Scalar(s),
         };
-        Ok(execute_inplace(op, &self.inner, arg)?)
+        Ok(execute_inplace(op, dst, arg)?)
     }
 
     /// Copies `src` (broadcast to this shape, cast to this dtype) into this tensor.
+    #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
         self.inplace(InplaceOp::Copy, Operand::Tensor(src))
     }
 
     /// Sets every element to `value` (a scalar or a 0-d tensor).
+    #[track_caller]
     pub fn fill_<'a>(&self, value: impl Into<Operand<'a>>) -> Result<()> {
         self.inplace(InplaceOp::Fill, value.into())
     }
 
     /// `self += other` (broadcast to this shape; the result must fit this dtype).
+    #[track_caller]
     pub fn add_<'a>(&self, other: impl Into<Operand<'a>>) -> Result<()> {
         self.inplace(InplaceOp::Add, other.into())
     }
 
     /// `self *= other` (broadcast to this shape; the result must fit this dtype).
+    #[track_caller]
     pub fn mul_<'a>(&self, other: impl Into<Operand<'a>>) -> Result<()> {
         self.inplace(InplaceOp::Mul, other.into())
     }

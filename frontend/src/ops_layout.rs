@@ -20,6 +20,7 @@ impl Tensor {
 
     /// Same elements in a new shape; one size may be `-1` (inferred). A view when the
     /// layout allows, else a copy.
+    #[track_caller]
     pub fn reshape(&self, shape: &[i64]) -> Result<Tensor> {
         let numel = self.numel();
         let mut infer_at = None;
@@ -55,6 +56,7 @@ impl Tensor {
     }
 
     /// Reorders dims (negative indices count from the end); a view.
+    #[track_caller]
     pub fn permute(&self, dims: &[i64]) -> Result<Tensor> {
         let r = self.rank();
         let dims = dims
@@ -65,11 +67,13 @@ impl Tensor {
     }
 
     /// Swaps two dims; a view.
+    #[track_caller]
     pub fn transpose(&self, dim0: i64, dim1: i64) -> Result<Tensor> {
         self.apply1(Op::Transpose { dim0, dim1 })
     }
 
     /// Transpose of a 2-d tensor (a 0-d or 1-d tensor is returned as is, as in PyTorch).
+    #[track_caller]
     pub fn t(&self) -> Result<Tensor> {
         match self.rank() {
             0 | 1 => Ok(self.clone()),
@@ -83,6 +87,7 @@ impl Tensor {
     }
 
     /// Broadcasts size-1 dims to `shape` (`-1` keeps a size); a view with stride 0.
+    #[track_caller]
     pub fn expand(&self, shape: &[i64]) -> Result<Tensor> {
         let offset = shape.len().checked_sub(self.rank()).ok_or_else(|| {
             invalid(
@@ -111,6 +116,7 @@ impl Tensor {
     }
 
     /// `length` elements of `dim` starting at `start`; a view.
+    #[track_caller]
     pub fn narrow(&self, dim: i64, start: usize, length: usize) -> Result<Tensor> {
         let d = self.dim_index("narrow", dim, self.rank())?;
         let end = start
@@ -133,6 +139,7 @@ impl Tensor {
 
     /// `x[start:end:step]` along `dim` with Python's rules: negative indices count from the
     /// end and out-of-range bounds are clamped. `step` must be ≥ 1. A view.
+    #[track_caller]
     pub fn slice(&self, dim: i64, start: i64, end: i64, step: usize) -> Result<Tensor> {
         let d = self.dim_index("slice", dim, self.rank())?;
         let n = self.shape()[d] as i64;
@@ -147,6 +154,7 @@ impl Tensor {
     }
 
     /// Inserts a dim of size 1 at `dim`; a view.
+    #[track_caller]
     pub fn unsqueeze(&self, dim: i64) -> Result<Tensor> {
         let d = self.dim_index("unsqueeze", dim, self.rank() + 1)?;
         let mut shape: Vec<i64> = self.shape().iter().map(|&s| s as i64).collect();
@@ -155,6 +163,7 @@ impl Tensor {
     }
 
     /// Removes `dim` if it has size 1 (otherwise returns the tensor unchanged, as PyTorch).
+    #[track_caller]
     pub fn squeeze(&self, dim: i64) -> Result<Tensor> {
         let d = self.dim_index("squeeze", dim, self.rank())?;
         if self.shape()[d] != 1 {
@@ -171,17 +180,20 @@ impl Tensor {
     }
 
     /// A 1-d view (or copy) of all elements.
+    #[track_caller]
     pub fn flatten(&self) -> Result<Tensor> {
         self.reshape(&[-1])
     }
 
     /// Concatenates tensors along `dim` (dtypes are promoted).
+    #[track_caller]
     pub fn cat(tensors: &[&Tensor], dim: i64) -> Result<Tensor> {
         let args: Vec<Operand<'_>> = tensors.iter().map(|t| Operand::Tensor(t)).collect();
         Tensor::apply(&Op::Cat { dim }, &args)
     }
 
     /// Rows (along `dim`) picked by a 1-d integer `indices` tensor: an embedding lookup.
+    #[track_caller]
     pub fn index_select(&self, dim: i64, indices: &Tensor) -> Result<Tensor> {
         Tensor::apply(
             &Op::IndexSelect { dim },
@@ -190,6 +202,7 @@ impl Tensor {
     }
 
     /// A row-major copy (or the tensor itself when already contiguous, as PyTorch).
+    #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {
             return Ok(self.clone());
@@ -198,11 +211,13 @@ impl Tensor {
     }
 
     /// Upper triangle of the last two dims from `diagonal` up; the rest is zero.
+    #[track_caller]
     pub fn triu(&self, diagonal: i64) -> Result<Tensor> {
         self.apply1(Op::Triu { diagonal })
     }
 
     /// Lower triangle of the last two dims from `diagonal` down; the rest is zero.
+    #[track_caller]
     pub fn tril(&self, diagonal: i64) -> Result<Tensor> {
         self.apply1(Op::Tril { diagonal })
     }

@@ -7,6 +7,7 @@ use kiln_ir::{BinaryOp, DType, Op, UnaryOp};
 macro_rules! unary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {$(
         $(#[$doc])*
+        #[track_caller]
         pub fn $name(&self) -> Result<Tensor> {
             self.apply1(Op::Unary(UnaryOp::$op))
         }
@@ -16,6 +17,7 @@ macro_rules! unary_methods {
 macro_rules! binary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {$(
         $(#[$doc])*
+        #[track_caller]
         pub fn $name<'a>(&self, other: impl Into<Operand<'a>>) -> Result<Tensor> {
             Tensor::apply(&Op::Binary(BinaryOp::$op), &[Operand::Tensor(self), other.into()])
         }
@@ -88,6 +90,7 @@ impl Tensor {
     }
 
     /// `where(self, a, b)`: `a` where `self` (a bool tensor) is true, else `b`.
+    #[track_caller]
     pub fn where_<'a, 'b>(
         &self,
         a: impl Into<Operand<'a>>,
@@ -97,6 +100,7 @@ impl Tensor {
     }
 
     /// Converts to `dtype` (float to int truncates toward zero).
+    #[track_caller]
     pub fn cast(&self, dtype: DType) -> Result<Tensor> {
         self.apply1(Op::Cast { dtype })
     }

@@ -6,6 +6,7 @@ use crate::{Operand, Tensor};
 use kiln_ir::{Op, ReduceOp};
 
 impl Tensor {
+    #[track_caller]
     fn reduce(&self, op: ReduceOp, dims: &[i64], keepdim: bool) -> Result<Tensor> {
         self.apply1(Op::Reduce {
             op,
@@ -15,31 +16,37 @@ impl Tensor {
     }
 
     /// Sum over `dims` (empty: all dims). Integers and bools sum to i64.
+    #[track_caller]
     pub fn sum(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Sum, dims, keepdim)
     }
 
     /// Mean over `dims` (empty: all dims); floating point only.
+    #[track_caller]
     pub fn mean(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Mean, dims, keepdim)
     }
 
     /// Maximum over `dims` (empty: all dims); NaN propagates.
+    #[track_caller]
     pub fn max(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Max, dims, keepdim)
     }
 
     /// Minimum over `dims` (empty: all dims); NaN propagates.
+    #[track_caller]
     pub fn min(&self, dims: &[i64], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Min, dims, keepdim)
     }
 
     /// Index (i64) of the first maximum along `dim`.
+    #[track_caller]
     pub fn argmax(&self, dim: i64, keepdim: bool) -> Result<Tensor> {
         self.apply1(Op::Argmax { dim, keepdim })
     }
 
     /// Variance over `dims` dividing by `N - correction` (PyTorch's default correction is 1).
+    #[track_caller]
     pub fn var(&self, dims: &[i64], correction: i64, keepdim: bool) -> Result<Tensor> {
         self.apply1(Op::Var {
             dims: dims.to_vec(),
@@ -49,11 +56,13 @@ impl Tensor {
     }
 
     /// Softmax along `dim`.
+    #[track_caller]
     pub fn softmax(&self, dim: i64) -> Result<Tensor> {
         self.apply1(Op::Softmax { dim })
     }
 
     /// Log-softmax along `dim`.
+    #[track_caller]
     pub fn log_softmax(&self, dim: i64) -> Result<Tensor> {
         self.apply1(Op::LogSoftmax { dim })
     }
@@ -73,6 +82,7 @@ impl Tensor {
 
     /// Layer norm over the trailing `normalized_shape` dims (biased variance), with optional
     /// elementwise weight and bias of that shape.
+    #[track_caller]
     pub fn layer_norm(
         &self,
         normalized_shape: &[usize],
@@ -98,6 +108,7 @@ impl Tensor {
     }
 
     /// RMS norm over the trailing `normalized_shape` dims, with an optional weight.
+    #[track_caller]
     pub fn rms_norm(
         &self,
         normalized_shape: &[usize],
@@ -111,6 +122,7 @@ impl Tensor {
     }
 
     /// `self @ weightᵀ + bias` with `weight: [out, in]` (as `torch.nn.functional.linear`).
+    #[track_caller]
     pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let mut args = vec![Operand::Tensor(self), Operand::Tensor(weight)];
         args.extend(bias.map(Operand::Tensor));
@@ -118,6 +130,7 @@ impl Tensor {
     }
 
     /// Matrix product with `torch.matmul`'s rules (1-d operands, broadcast batch dims).
+    #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         Tensor::apply(
             &Op::Matmul,

@@ -1,9 +1,15 @@
 //! [`Tensor`]: an eager, strided tensor on the CPU, and the one place ops are dispatched.
+//!
+//! Inside a function being traced by [`crate::compile`], a tensor may be *lazy*: a value of
+//! the graph being captured, with a known dtype and shape but no data yet. Ops on it record
+//! nodes instead of running; reading its values ends the graph (a graph break) and runs it.
 
+use crate::compile::lazy::{self, LazyValue};
 use crate::error::{invalid, Result};
 use crate::Operand;
 use kiln_ir::{DType, Op, Scalar, Shape, TensorType};
 use kiln_runtime::{execute, CpuTensor, EagerArg, Element};
+use std::sync::Arc;
 
 /// A tensor. Cloning is cheap: clones share storage (like PyTorch's tensors); views
 /// (`reshape`, `permute`, `transpose`, `expand`, `narrow`, `slice`) share it too. In-place
@@ -11,35 +17,79 @@ use kiln_runtime::{execute, CpuTensor, EagerArg, Element};
 /// and bump its version counter.
 #[derive(Clone)]
 pub struct Tensor {
-    pub(crate) inner: CpuTensor,
+    pub(crate) repr: Repr,
+}
+
+/// What a tensor holds: data, or a value of a graph being traced.
+#[derive(Clone)]
+pub(crate) enum Repr {
+    /// a tensor with data
+    Real(CpuTensor),
+    /// a traced value (its data appears once the graph that computes it has run)
+    Lazy(Arc<LazyValue>),
 }
 
 impl Tensor {
     /// Wraps a runtime tensor.
     pub fn from_cpu(inner: CpuTensor) -> Tensor {
-        Tensor { inner }
+        Tensor {
+            repr: Repr::Real(inner),
+        }
     }
 
-    /// The runtime tensor underneath.
-    pub fn as_cpu(&self) -> &CpuTensor {
-        &self.inner
+    pub(crate) fn lazy(v: Arc<LazyValue>) -> Tensor {
+        Tensor {
+            repr: Repr::Lazy(v),
+        }
     }
 
-    /// Applies `op` to operands eagerly: the single dispatch point of every tensor op.
+    /// The runtime tensor underneath. Inside a traced function this reads the tensor's
+    /// values, so it ends the current graph (a graph break).
+    #[track_caller]
+    pub fn as_cpu(&self) -> Result<&CpuTensor> {
+        self.read("as_cpu")
+    }
+
+    /// The data of a tensor whose value is known (a real tensor or a lazy one whose graph
+    /// has run), without counting as a read of values.
+    pub(crate) fn real(&self) -> Result<&CpuTensor> {
+        match &self.repr {
+            Repr::Real(t) => Ok(t),
+            Repr::Lazy(v) => v.value(),
+        }
+    }
+
+    /// Reads the tensor's values on behalf of `op`: inside a trace this is a graph break.
+    #[track_caller]
+    pub(crate) fn read(&self, op: &'static str) -> Result<&CpuTensor> {
+        lazy::before_read(op, std::panic::Location::caller())?;
+        self.real()
+    }
+
+    /// Applies `op` to operands: the single dispatch point of every tensor op. Eagerly
+    /// outside a trace; inside one, it records a node.
+    #[track_caller]
     pub(crate) fn apply(op: &Op, args: &[Operand<'_>]) -> Result<Tensor> {
-        let eager: smallvec::SmallVec<[EagerArg<'_>; 3]> = args
-            .iter()
-            .map(|a| match a {
-                Operand::Tensor(t) => EagerArg::Tensor(&t.inner),
+        if let Some(tracer) = lazy::current() {
+            return tracer.record(op, args, std::panic::Location::caller());
+        }
+        Tensor::apply_eager(op, args)
+    }
+
+    /// Applies `op` eagerly, whatever the thread is doing.
+    pub(crate) fn apply_eager(op: &Op, args: &[Operand<'_>]) -> Result<Tensor> {
+        let mut eager: smallvec::SmallVec<[EagerArg<'_>; 3]> = smallvec::SmallVec::new();
+        for a in args {
+            eager.push(match a {
+                Operand::Tensor(t) => EagerArg::Tensor(t.real()?),
                 Operand::Scalar(s) => EagerArg::Scalar(*s),
-            })
-            .collect();
-        Ok(Tensor {
-            inner: execute(op, &eager)?,
-        })
+            });
+        }
+        Ok(Tensor::from_cpu(execute(op, &eager)?))
     }
 
     /// Applies `op` with `self` as the only operand.
+    #[track_caller]
     pub(crate) fn apply1(&self, op: Op) -> Result<Tensor> {
         Tensor::apply(&op, &[Operand::Tensor(self)])
     }
@@ -48,17 +98,32 @@ impl Tensor {
 
     /// A tensor from row-major data of a Rust element type (`f32`, `f64`, `half::f16`,
     /// `half::bf16`, `i32`, `i64`, `bool`).
+    /// Inside a traced function the values become a constant of the graph.
+    #[track_caller]
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
-        Ok(Tensor {
-            inner: CpuTensor::from_slice(&data, shape)?,
-        })
+        let t = CpuTensor::from_slice(&data, shape)?;
+        Tensor::constant(t)
+    }
+
+    /// A tensor made from data inside a trace becomes a `from_vec` node (a literal of the
+    /// graph), so that a cached graph does not keep one call's tensor as a parameter.
+    #[track_caller]
+    fn constant(t: CpuTensor) -> Result<Tensor> {
+        if lazy::current().is_some() {
+            let op = Op::FromVec {
+                values: t.to_f64_vec(),
+                shape: Shape::of(t.shape()),
+                dtype: t.dtype(),
+            };
+            return Tensor::apply(&op, &[]);
+        }
+        Ok(Tensor::from_cpu(t))
     }
 
     /// A tensor of `dtype` from f64 values (converted as a cast would).
+    #[track_caller]
     pub fn from_f64(values: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Ok(Tensor {
-            inner: CpuTensor::from_f64(values, shape, dtype)?,
-        })
+        Tensor::constant(CpuTensor::from_f64(values, shape, dtype)?)
     }
 
     /// A 0-d f32 tensor.
@@ -67,6 +132,7 @@ impl Tensor {
     }
 
     /// A tensor of `shape` filled with `value`.
+    #[track_caller]
     pub fn full(shape: &[usize], value: impl Into<Scalar>, dtype: DType) -> Result<Tensor> {
         Tensor::apply(
             &Op::Full {
@@ -79,16 +145,19 @@ impl Tensor {
     }
 
     /// Zeros.
+    #[track_caller]
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
         Tensor::full(shape, 0i64, dtype)
     }
 
     /// Ones.
+    #[track_caller]
     pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
         Tensor::full(shape, 1i64, dtype)
     }
 
     /// `start, start+step, ...` below `end` (as `torch.arange`).
+    #[track_caller]
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor> {
         Tensor::apply(
             &Op::Arange {
@@ -102,6 +171,7 @@ impl Tensor {
     }
 
     /// Uniform samples in [0, 1); the same `seed` gives the same tensor everywhere.
+    #[track_caller]
     pub fn rand(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor> {
         Tensor::apply(
             &Op::Rand {
@@ -114,6 +184,7 @@ impl Tensor {
     }
 
     /// Standard normal samples; the same `seed` gives the same tensor everywhere.
+    #[track_caller]
     pub fn randn(shape: &[usize], dtype: DType, seed: u64) -> Result<Tensor> {
         Tensor::apply(
             &Op::Randn {
@@ -129,62 +200,90 @@ impl Tensor {
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        self.inner.dtype()
+        match &self.repr {
+            Repr::Real(t) => t.dtype(),
+            Repr::Lazy(v) => v.dtype,
+        }
     }
 
     /// The sizes of the dims.
     pub fn shape(&self) -> &[usize] {
-        self.inner.shape()
+        match &self.repr {
+            Repr::Real(t) => t.shape(),
+            Repr::Lazy(v) => &v.shape,
+        }
     }
 
-    /// The strides of the dims, in elements.
+    /// The strides of the dims, in elements (a traced value reports row-major strides).
     pub fn strides(&self) -> &[isize] {
-        self.inner.strides()
+        match &self.repr {
+            Repr::Real(t) => t.strides(),
+            Repr::Lazy(v) => &v.strides,
+        }
     }
 
     /// The number of dims.
     pub fn rank(&self) -> usize {
-        self.inner.rank()
+        self.shape().len()
     }
 
     /// The number of elements.
     pub fn numel(&self) -> usize {
-        self.inner.numel()
+        self.shape().iter().product()
     }
 
     /// True when the elements are laid out row-major without gaps.
     pub fn is_contiguous(&self) -> bool {
-        self.inner.is_contiguous()
+        match &self.repr {
+            Repr::Real(t) => t.is_contiguous(),
+            Repr::Lazy(_) => true,
+        }
     }
 
     /// The dtype and shape as an IR type.
     pub fn tensor_type(&self) -> TensorType {
-        self.inner.tensor_type()
+        TensorType::new(self.dtype(), Shape::of(self.shape()))
     }
 
-    /// The storage's version counter: it grows with every in-place write.
+    /// The storage's version counter: it grows with every in-place write (0 for a traced
+    /// value).
     pub fn version(&self) -> u64 {
-        self.inner.version()
+        match &self.repr {
+            Repr::Real(t) => t.version(),
+            Repr::Lazy(_) => 0,
+        }
     }
 
     /// True when both tensors are views of the same storage.
     pub fn shares_storage(&self, other: &Tensor) -> bool {
-        self.inner.shares_storage(&other.inner)
+        match (&self.repr, &other.repr) {
+            (Repr::Real(a), Repr::Real(b)) => a.shares_storage(b),
+            (Repr::Lazy(a), Repr::Lazy(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// True while this tensor is a traced value whose data is not computed yet.
+    pub fn is_traced(&self) -> bool {
+        matches!(&self.repr, Repr::Lazy(v) if v.value.get().is_none())
     }
 
     // ---- reading values ----
 
     /// The elements in row-major order as `T`, which must be the tensor's dtype.
+    #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        Ok(self.inner.to_vec::<T>()?)
+        Ok(self.read("to_vec")?.to_vec::<T>()?)
     }
 
     /// The elements in row-major order, converted to f64.
-    pub fn to_vec_f64(&self) -> Vec<f64> {
-        self.inner.to_f64_vec()
+    #[track_caller]
+    pub fn to_vec_f64(&self) -> Result<Vec<f64>> {
+        Ok(self.read("to_vec_f64")?.to_f64_vec())
     }
 
     /// The value of a one-element tensor.
+    #[track_caller]
     pub fn item(&self) -> Result<f64> {
         if self.numel() != 1 {
             return Err(invalid(
@@ -193,7 +292,7 @@ impl Tensor {
                 "only a tensor with one element has an item",
             ));
         }
-        Ok(self.inner.to_f64_vec()[0])
+        Ok(self.read("item")?.to_f64_vec()[0])
     }
 }
 

@@ -72,7 +72,7 @@ fn run_interp_and_eager_agree_and_save_outputs() {
     let a = kiln::io::load(&o1).unwrap();
     let b = kiln::io::load(&o2).unwrap();
     assert_eq!(a[0].0, "out0");
-    let (x, y) = (a[0].1.to_vec_f64(), b[0].1.to_vec_f64());
+    let (x, y) = (a[0].1.to_vec_f64().unwrap(), b[0].1.to_vec_f64().unwrap());
     assert!(
         x.iter()
             .zip(&y)

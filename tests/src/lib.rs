@@ -54,10 +54,12 @@ pub fn make(shape: &[usize], dtype: DType, seed: u64, dist: Dist, layout: Layout
         let n: usize = s.iter().product();
         let u = Tensor::rand(&[n.max(1)], DType::F64, seed)
             .unwrap()
-            .to_vec_f64();
+            .to_vec_f64()
+            .unwrap();
         let g = Tensor::randn(&[n.max(1)], DType::F64, seed)
             .unwrap()
-            .to_vec_f64();
+            .to_vec_f64()
+            .unwrap();
         let vals: Vec<f64> = (0..n)
             .map(|i| match dtype {
                 DType::Bool => (u[i] < 0.5) as u8 as f64,
@@ -194,7 +196,7 @@ pub fn check_op(op: &Op, args: &[TestArg]) -> Result<Tensor, String> {
         .map_err(|e| format!("{desc}: eager failed: {e}"))?;
     let values: Vec<Value> = tensors
         .iter()
-        .map(|t| Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64()).unwrap())
+        .map(|t| Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64().unwrap()).unwrap())
         .collect();
     let oracle = eval(&g, &values).map_err(|e| format!("{desc}: interpreter failed: {e}"))?;
     let (e, o) = (&eager[0], &oracle[0]);
@@ -210,7 +212,7 @@ pub fn check_op(op: &Op, args: &[TestArg]) -> Result<Tensor, String> {
     let reduction = op.is_reduction() || op.is_composite() || matches!(op, Op::Matmul | Op::Linear);
     compare(
         &desc,
-        &e.to_vec_f64(),
+        &e.to_vec_f64().unwrap(),
         &o.data,
         tolerance(e.dtype(), reduction),
     )?;

@@ -56,7 +56,9 @@ fn corpus_graphs_agree() {
             let x = inputs(&g, 17);
             let values: Vec<Value> = x
                 .iter()
-                .map(|t| Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64()).unwrap())
+                .map(|t| {
+                    Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64().unwrap()).unwrap()
+                })
                 .collect();
             let eager = kiln::graph_exec::run_graph(&g, &x)
                 .unwrap_or_else(|e| panic!("{name}: eager: {e}"));
@@ -70,7 +72,13 @@ fn corpus_graphs_agree() {
                 let tol = tolerance(e.dtype(), true);
                 // Chains of ops compound rounding: allow a few ulps more than a single op.
                 let tol = (tol.0 * 10.0, tol.1 * 10.0);
-                compare(&format!("{name} output {i}"), &e.to_vec_f64(), &o.data, tol).unwrap();
+                compare(
+                    &format!("{name} output {i}"),
+                    &e.to_vec_f64().unwrap(),
+                    &o.data,
+                    tol,
+                )
+                .unwrap();
             }
             checked += 1;
         }

@@ -228,8 +228,14 @@ fn creation_ops_match_the_interpreter() {
 
 #[test]
 fn randn_is_deterministic_and_normal() {
-    let a = Tensor::randn(&[10000], DType::F32, 9).unwrap().to_vec_f64();
-    let b = Tensor::randn(&[10000], DType::F32, 9).unwrap().to_vec_f64();
+    let a = Tensor::randn(&[10000], DType::F32, 9)
+        .unwrap()
+        .to_vec_f64()
+        .unwrap();
+    let b = Tensor::randn(&[10000], DType::F32, 9)
+        .unwrap()
+        .to_vec_f64()
+        .unwrap();
     assert_eq!(a, b);
     let mean = a.iter().sum::<f64>() / a.len() as f64;
     let var = a.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / a.len() as f64;
@@ -242,6 +248,7 @@ fn randn_is_deterministic_and_normal() {
         Tensor::randn(&[10000], DType::F32, 10)
             .unwrap()
             .to_vec_f64()
+            .unwrap()
     );
 }
 

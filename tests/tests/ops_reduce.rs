@@ -98,7 +98,7 @@ fn max_propagates_nan() {
         },
         &[TestArg::T(x)],
     );
-    assert!(out.to_vec_f64()[0].is_nan());
+    assert!(out.to_vec_f64().unwrap()[0].is_nan());
 }
 
 #[test]

@@ -39,12 +39,12 @@ pub fn demo() -> Result<(), CliError> {
     let eager = kiln::graph_exec::run_graph(&g, &inputs)?;
     let values = inputs
         .iter()
-        .map(|t| Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64()))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|t| Ok(Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64()?)?))
+        .collect::<Result<Vec<_>, CliError>>()?;
     let oracle = eval(&g, &values)?;
     println!("eager  = {}", eager[0]);
     let max_err = eager[0]
-        .to_vec_f64()
+        .to_vec_f64()?
         .iter()
         .zip(&oracle[0].data)
         .map(|(a, b)| (a - b).abs())

@@ -19,7 +19,7 @@ pub struct RunArgs {
 }
 
 fn to_value(t: &Tensor) -> Result<Value, CliError> {
-    Ok(Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64())?)
+    Ok(Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64()?)?)
 }
 
 fn from_value(v: &Value) -> Result<Tensor, CliError> {
@@ -28,7 +28,10 @@ fn from_value(v: &Value) -> Result<Tensor, CliError> {
 
 /// One line describing an output: type, first values, checksums.
 pub fn summary(name: &str, t: &Tensor) -> String {
-    let data = t.to_vec_f64();
+    let data = match t.to_vec_f64() {
+        Ok(d) => d,
+        Err(e) => return format!("{name}: {e}"),
+    };
     let first: Vec<String> = data
         .iter()
         .take(6)

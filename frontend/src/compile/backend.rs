@@ -1,0 +1,245 @@
+//! Backends: what a captured graph is compiled into. Until the code generators land, the
+//! `eager` backend runs the graph node by node with the runtime's kernels (a precomputed
+//! step list, no per-call graph walking) and `interp` runs it on the IR interpreter.
+
+use crate::error::{Error, Result};
+use kiln_ir::interp::{eval, Value};
+use kiln_ir::{Arg, Dim, Graph, Op};
+use kiln_runtime::{execute, CpuTensor, EagerArg};
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// Where compiled graphs run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// the captured graph run op by op with the eager kernels (the fastest available now)
+    #[default]
+    Eager,
+    /// the IR interpreter (the oracle: slow, f64 inside)
+    Interp,
+}
+
+impl Backend {
+    /// The backend's name as the CLI spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Eager => "eager",
+            Backend::Interp => "interp",
+        }
+    }
+
+    /// True when the generated code depends on the inputs' strides, so that layouts are
+    /// part of the guards.
+    pub fn layout_sensitive(self) -> bool {
+        false
+    }
+
+    /// Compiles `g` (already verified) into something that runs.
+    pub(crate) fn compile(self, g: &Graph) -> Result<Box<dyn Executable>> {
+        Ok(match self {
+            Backend::Eager => Box::new(EagerPlan::new(g)),
+            Backend::Interp => Box::new(InterpPlan { graph: g.clone() }),
+        })
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Backend, String> {
+        match s {
+            "eager" => Ok(Backend::Eager),
+            "interp" => Ok(Backend::Interp),
+            other => Err(format!(
+                "unknown backend `{other}` (expected eager or interp)"
+            )),
+        }
+    }
+}
+
+/// A compiled graph: runs on input data in the graph's input order.
+pub(crate) trait Executable: Send + Sync {
+    /// Runs on `inputs` and returns the outputs in return order.
+    fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>>;
+}
+
+/// One operand of a step: a slot (value computed earlier or an input) or a literal.
+#[derive(Clone, Copy)]
+enum Slot {
+    Value(usize),
+    Scalar(kiln_ir::Scalar),
+}
+
+struct Step {
+    op: Op,
+    /// slots whose last use is this step (freed after it, so intermediates do not pile up)
+    frees: Vec<usize>,
+    /// true when the op's attributes name symbols that must be bound per call
+    symbolic: bool,
+    args: Vec<Slot>,
+    out: usize,
+}
+
+/// The eager backend's compiled form: the graph flattened to a list of kernel calls over
+/// numbered slots; symbolic dims bound from the inputs' shapes per call.
+pub(crate) struct EagerPlan {
+    name: String,
+    inputs: Vec<(usize, Vec<Dim>)>,
+    steps: Vec<Step>,
+    outputs: Vec<usize>,
+    slots: usize,
+    has_symbols: bool,
+}
+
+impl EagerPlan {
+    fn new(g: &Graph) -> EagerPlan {
+        let mut slot_of: HashMap<kiln_ir::NodeId, usize> = HashMap::new();
+        let mut inputs = Vec::new();
+        for (_, id) in g.inputs() {
+            let slot = slot_of.len();
+            slot_of.insert(*id, slot);
+            inputs.push((slot, g.node(*id).ty.shape.dims().to_vec()));
+        }
+        let mut steps = Vec::new();
+        for (id, node) in g.nodes() {
+            if node.op == Op::Input {
+                continue;
+            }
+            let out = slot_of.len();
+            slot_of.insert(id, out);
+            let args = node
+                .args
+                .iter()
+                .map(|a| match a {
+                    Arg::Value(v) => Slot::Value(slot_of[v]),
+                    Arg::Scalar(s) => Slot::Scalar(*s),
+                })
+                .collect();
+            let symbolic = node.op.shape_attr().is_some_and(|s| !s.is_static());
+            steps.push(Step {
+                frees: Vec::new(),
+                op: node.op.clone(),
+                symbolic,
+                args,
+                out,
+            });
+        }
+        let outputs: Vec<usize> = g.outputs().iter().map(|o| slot_of[o]).collect();
+        let mut last_use: HashMap<usize, usize> = HashMap::new();
+        for (i, step) in steps.iter().enumerate() {
+            for a in &step.args {
+                if let Slot::Value(v) = a {
+                    last_use.insert(*v, i);
+                }
+            }
+        }
+        for (slot, i) in last_use {
+            if !outputs.contains(&slot) {
+                steps[i].frees.push(slot);
+            }
+        }
+        let has_symbols = inputs
+            .iter()
+            .any(|(_, d)| d.iter().any(|d| d.as_const().is_none()));
+        EagerPlan {
+            name: g.name().to_string(),
+            inputs,
+            outputs,
+            slots: slot_of.len(),
+            steps,
+            has_symbols,
+        }
+    }
+}
+
+impl Executable for EagerPlan {
+    fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::Compile {
+                function: self.name.clone(),
+                reason: format!(
+                    "the plan takes {} inputs, got {}",
+                    self.inputs.len(),
+                    inputs.len()
+                ),
+            });
+        }
+        let mut bound: Vec<(&str, usize)> = Vec::new();
+        if self.has_symbols {
+            for ((_, dims), t) in self.inputs.iter().zip(inputs) {
+                for (d, &n) in dims.iter().zip(t.shape()) {
+                    if let Dim::Sym(s) = d {
+                        if !bound.iter().any(|(b, _)| *b == &**s) {
+                            bound.push((s, n));
+                        }
+                    }
+                }
+            }
+        }
+        let mut slots: Vec<Option<CpuTensor>> = vec![None; self.slots];
+        for ((slot, _), t) in self.inputs.iter().zip(inputs) {
+            slots[*slot] = Some((*t).clone());
+        }
+        for step in &self.steps {
+            let args: smallvec::SmallVec<[EagerArg<'_>; 3]> = step
+                .args
+                .iter()
+                .map(|a| match a {
+                    Slot::Scalar(s) => EagerArg::Scalar(*s),
+                    Slot::Value(v) => {
+                        EagerArg::Tensor(slots[*v].as_ref().expect("slots are filled in order"))
+                    }
+                })
+                .collect();
+            let out = if step.symbolic {
+                let lookup = |s: &str| bound.iter().find(|(b, _)| *b == s).map(|(_, n)| *n);
+                let op = step.op.bind_symbols(&lookup).map_err(|s| Error::Compile {
+                    function: self.name.clone(),
+                    reason: format!("symbolic dim `{s}` is not bound by any input"),
+                })?;
+                execute(&op, &args)?
+            } else {
+                execute(&step.op, &args)?
+            };
+            drop(args);
+            slots[step.out] = Some(out);
+            for &f in &step.frees {
+                slots[f] = None;
+            }
+        }
+        Ok(self
+            .outputs
+            .iter()
+            .map(|&o| slots[o].clone().expect("outputs are computed"))
+            .collect())
+    }
+}
+
+/// The interpreter backend: converts to the interpreter's f64 values and back.
+struct InterpPlan {
+    graph: Graph,
+}
+
+impl Executable for InterpPlan {
+    fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        let compile_err = |reason: String| Error::Compile {
+            function: self.graph.name().to_string(),
+            reason,
+        };
+        let values = inputs
+            .iter()
+            .map(|t| Value::new(t.dtype(), t.shape().to_vec(), t.to_f64_vec()))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| compile_err(e.to_string()))?;
+        let outs = eval(&self.graph, &values).map_err(|e| compile_err(e.to_string()))?;
+        outs.iter()
+            .map(|v| Ok(CpuTensor::from_f64(&v.data, &v.shape, v.dtype)?))
+            .collect()
+    }
+}

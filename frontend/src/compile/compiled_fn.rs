@@ -1,0 +1,575 @@
+//! [`CompiledFn`]: a function wrapped by [`crate::compile`], with its cache of compiled
+//! entries, their guards, recompiles, automatic dynamic shapes and the eager fallback.
+//!
+//! A call checks the cache entries' guards in order. An entry made from a trace without
+//! graph breaks holds one compiled graph: a hit runs it without calling the function. An
+//! entry whose trace had breaks re-runs the function under the tracer on every call (the
+//! code between graphs must run), and each graph segment is compiled once, found again by
+//! its text. A miss traces the function and compiles a new entry; past `cache_limit`
+//! entries the function runs eagerly from then on, with one warning.
+
+use super::args::{TensorArgs, TensorOutputs};
+use super::backend::Executable;
+use super::dynamic::{generalize, same_as_instantiated};
+use super::explain::ExplainReport;
+use super::guards::{GuardFailure, Guards, TensorGuard};
+use super::lazy;
+use super::logs;
+use super::tracer::{GraphBreak, SegmentRunner, TraceEnd, Tracer};
+use super::{CompileOptions, Dynamic};
+use crate::error::{Error, Result};
+use crate::tensor::Repr;
+use crate::Tensor;
+use kiln_ir::Graph;
+use kiln_runtime::CpuTensor;
+use parking_lot::Mutex;
+use std::borrow::Borrow;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counters of a compiled function, for tests and reports.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompileStats {
+    /// calls made
+    pub calls: u64,
+    /// calls answered by an entry's compiled graph without tracing
+    pub cache_hits: u64,
+    /// times the function ran under the tracer
+    pub traces: u64,
+    /// graphs handed to the backend's compiler (whole entries and break segments)
+    pub compiles: u64,
+    /// cache entries now held
+    pub entries: usize,
+    /// entries made because the guards of every existing entry failed
+    pub recompiles: u64,
+    /// graph breaks seen over all traces
+    pub graph_breaks: u64,
+    /// why the function runs eagerly, once the cache limit was hit
+    pub eager_fallback: Option<String>,
+}
+
+/// The compiled form an entry holds.
+enum EntryKind {
+    /// one graph for the whole function (inputs: the arguments, then `params`)
+    Whole {
+        graph: Graph,
+        exe: Arc<dyn Executable>,
+        params: Vec<Tensor>,
+        symbolic: bool,
+    },
+    /// the function breaks into several graphs: it re-runs under the tracer on each call
+    Stepwise,
+}
+
+struct Entry {
+    guards: Guards,
+    kind: EntryKind,
+    /// for a symbolic entry: symbol sizes checked (true) or refuted (false) by a trace
+    verified: Mutex<HashMap<Vec<usize>, bool>>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    entries: Vec<Arc<Entry>>,
+    dynamic: BTreeSet<(usize, usize)>,
+    fallback: Option<String>,
+    last_graphs: Vec<Graph>,
+    last_breaks: Vec<GraphBreak>,
+}
+
+/// The state shared by all calls (and threads) of one compiled function.
+pub(crate) struct Shared {
+    opts: CompileOptions,
+    state: Mutex<CacheState>,
+    compile_lock: Mutex<()>,
+    segments: Mutex<HashMap<String, Arc<dyn Executable>>>,
+    calls: AtomicU64,
+    hits: AtomicU64,
+    traces: AtomicU64,
+    compiles: AtomicU64,
+    recompiles: AtomicU64,
+    breaks: AtomicU64,
+}
+
+impl SegmentRunner for Shared {
+    fn run_segment(&self, g: &Graph, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        let key = g.to_string();
+        let cached = self.segments.lock().get(&key).cloned();
+        let exe = match cached {
+            Some(exe) => exe,
+            None => {
+                logs::log_graph(g);
+                let exe: Arc<dyn Executable> = Arc::from(self.opts.backend.compile(g)?);
+                self.compiles.fetch_add(1, Ordering::Relaxed);
+                let mut segs = self.segments.lock();
+                if segs.len() >= SEGMENT_CACHE_LIMIT {
+                    segs.clear();
+                }
+                segs.insert(key, exe.clone());
+                exe
+            }
+        };
+        exe.run(inputs)
+    }
+}
+
+/// At most this many break segments are kept compiled per function.
+const SEGMENT_CACHE_LIMIT: usize = 256;
+
+/// A symbolic entry remembers at most this many checked size tuples.
+const VERIFIED_LIMIT: usize = 1024;
+
+/// The function a [`CompiledFn`] wraps.
+type BoxedFn<'f, A, O> = Box<dyn Fn(&A) -> Result<O> + Send + Sync + 'f>;
+
+/// The size bound to each symbol by a passing guard check.
+pub(crate) type Bindings = Vec<(Arc<str>, usize)>;
+
+/// A function compiled by [`crate::compile`]: call it like the function with
+/// [`CompiledFn::call`]. It is `Send + Sync`; concurrent calls are safe and each signature
+/// is compiled once.
+pub struct CompiledFn<'f, A: ?Sized + TensorArgs, O: TensorOutputs> {
+    f: BoxedFn<'f, A, O>,
+    shared: Arc<Shared>,
+}
+
+/// What one lookup found: an entry whose guards passed (with its symbol sizes), and the
+/// failure of every entry whose guards did not.
+struct Lookup {
+    hits: Vec<(Arc<Entry>, Bindings)>,
+    failures: Vec<GuardFailure>,
+}
+
+impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
+    pub(crate) fn new(
+        f: impl Fn(&A) -> Result<O> + Send + Sync + 'f,
+        opts: CompileOptions,
+    ) -> CompiledFn<'f, A, O> {
+        let dynamic: BTreeSet<(usize, usize)> = opts.mark_dynamic.iter().copied().collect();
+        CompiledFn {
+            f: Box::new(f),
+            shared: Arc::new(Shared {
+                opts,
+                state: Mutex::new(CacheState {
+                    dynamic,
+                    ..CacheState::default()
+                }),
+                compile_lock: Mutex::new(()),
+                segments: Mutex::new(HashMap::new()),
+                calls: AtomicU64::new(0),
+                hits: AtomicU64::new(0),
+                traces: AtomicU64::new(0),
+                compiles: AtomicU64::new(0),
+                recompiles: AtomicU64::new(0),
+                breaks: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The options it was compiled with.
+    pub fn options(&self) -> &CompileOptions {
+        &self.shared.opts
+    }
+
+    /// Calls the function: from a cache entry when its guards pass, else by tracing and
+    /// compiling a new entry (or eagerly, past the cache limit). Results equal eager ones.
+    pub fn call(&self, args: &A) -> Result<O> {
+        if lazy::is_tracing() {
+            // called from inside another traced function: inline it into that trace
+            return (self.f)(args);
+        }
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
+        let flat = args.flatten();
+        for t in &flat {
+            t.real()?;
+        }
+        loop {
+            if self.shared.state.lock().fallback.is_some() {
+                return (self.f)(args);
+            }
+            let found = self.lookup(&flat);
+            if let Some(out) = self.try_hits(args, &flat, &found.hits)? {
+                return Ok(out);
+            }
+            // A miss: compile under the compile lock, unless another thread did meanwhile.
+            let _compiling = self.shared.compile_lock.lock();
+            let again = self.lookup(&flat);
+            if again.hits.len() > found.hits.len() {
+                continue;
+            }
+            return self.miss(args, &flat, &again.failures, None);
+        }
+    }
+
+    fn lookup(&self, flat: &[Tensor]) -> Lookup {
+        let st = self.shared.state.lock();
+        let mut hits = Vec::new();
+        let mut failures = Vec::new();
+        for e in &st.entries {
+            let params: &[Tensor] = match &e.kind {
+                EntryKind::Whole { params, .. } => params,
+                EntryKind::Stepwise => &[],
+            };
+            match e.guards.check(flat, params) {
+                Ok(b) => hits.push((e.clone(), b)),
+                Err(f) => failures.push(f),
+            }
+        }
+        Lookup { hits, failures }
+    }
+
+    /// Runs the first entry among `hits` that applies; `None` when none does.
+    fn try_hits(
+        &self,
+        args: &A,
+        flat: &[Tensor],
+        hits: &[(Arc<Entry>, Bindings)],
+    ) -> Result<Option<O>> {
+        for (entry, bindings) in hits {
+            match &entry.kind {
+                EntryKind::Stepwise => {
+                    self.shared.hits.fetch_add(1, Ordering::Relaxed);
+                    let end = self.trace(args, flat)?;
+                    return self.complete(end, flat).map(Some);
+                }
+                EntryKind::Whole {
+                    graph,
+                    exe,
+                    params,
+                    symbolic,
+                } => {
+                    if *symbolic {
+                        let key: Vec<usize> = bindings.iter().map(|(_, n)| *n).collect();
+                        let known = entry.verified.lock().get(&key).copied();
+                        match known {
+                            Some(true) => {}
+                            Some(false) => continue,
+                            None => {
+                                // New sizes: check that the function traces to this graph.
+                                let _compiling = self.shared.compile_lock.lock();
+                                let end = self.trace(args, flat)?;
+                                let ok = matches!(&end, TraceEnd::Whole { graph: g, params: p }
+                                    if same_as_instantiated(graph, bindings, g) && same_params(params, p));
+                                {
+                                    let mut v = entry.verified.lock();
+                                    if v.len() >= VERIFIED_LIMIT {
+                                        v.clear();
+                                    }
+                                    v.insert(key, ok);
+                                }
+                                if !ok {
+                                    return self.miss(args, flat, &[], Some(end)).map(Some);
+                                }
+                            }
+                        }
+                    }
+                    self.shared.hits.fetch_add(1, Ordering::Relaxed);
+                    return run_whole(exe.as_ref(), flat, params).map(Some);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Traces one call of the function; the graphs and breaks are kept for `explain`.
+    fn trace(&self, args: &A, flat: &[Tensor]) -> Result<TraceEnd> {
+        self.shared.traces.fetch_add(1, Ordering::Relaxed);
+        let runner: Arc<dyn SegmentRunner> = self.shared.clone();
+        let (tracer, lazy_args) = Tracer::start(
+            &self.shared.opts.name,
+            self.shared.opts.fullgraph,
+            runner,
+            flat,
+        )?;
+        let owned = args.rebuild(lazy_args);
+        let result = {
+            let _current = lazy::enter(tracer.clone());
+            (self.f)(owned.borrow())
+        };
+        let outputs = result?.flatten();
+        let end = tracer.finish(&outputs)?;
+        let (mut graphs, breaks) = tracer.report();
+        if let TraceEnd::Whole { graph, .. } = &end {
+            graphs.push(graph.clone());
+        }
+        self.shared
+            .breaks
+            .fetch_add(breaks.len() as u64, Ordering::Relaxed);
+        let mut st = self.shared.state.lock();
+        st.last_graphs = graphs;
+        st.last_breaks = breaks;
+        Ok(end)
+    }
+
+    /// Finishes a traced call without making an entry: after breaks everything has run;
+    /// a trace without breaks runs its graph as a segment (compiled once, by its text).
+    fn complete(&self, end: TraceEnd, flat: &[Tensor]) -> Result<O> {
+        match end {
+            TraceEnd::Done { outputs } => Ok(O::unflatten(outputs)),
+            TraceEnd::Whole { graph, params } => {
+                let inputs: Vec<&CpuTensor> = flat
+                    .iter()
+                    .chain(&params)
+                    .map(|t| t.real())
+                    .collect::<Result<_>>()?;
+                let outs = self.shared.run_segment(&graph, &inputs)?;
+                Ok(O::unflatten(
+                    outs.into_iter().map(Tensor::from_cpu).collect(),
+                ))
+            }
+        }
+    }
+
+    /// Makes a new entry (the compile lock is held by the caller).
+    fn miss(
+        &self,
+        args: &A,
+        flat: &[Tensor],
+        failures: &[GuardFailure],
+        pre_traced: Option<TraceEnd>,
+    ) -> Result<O> {
+        let opts = &self.shared.opts;
+        let dynamic = {
+            let mut st = self.shared.state.lock();
+            if st.fallback.is_some() {
+                drop(st);
+                return match pre_traced {
+                    Some(end) => self.complete(end, flat),
+                    None => (self.f)(args),
+                };
+            }
+            if st.entries.len() >= opts.cache_limit {
+                let why = failures
+                    .last()
+                    .map(|f| f.to_string())
+                    .unwrap_or_else(|| "no entry's guards passed".into());
+                let msg = format!(
+                    "kiln: @{} reached cache_limit ({}); running it eagerly from now on. \
+                     Last guard failure: {why}",
+                    opts.name, opts.cache_limit
+                );
+                eprintln!("{msg}");
+                tracing::warn!(target: "kiln::recompiles", "{msg}");
+                st.fallback = Some(msg);
+                drop(st);
+                return match pre_traced {
+                    Some(end) => self.complete(end, flat),
+                    None => (self.f)(args),
+                };
+            }
+            if opts.dynamic == Dynamic::Auto {
+                for f in failures {
+                    st.dynamic
+                        .extend(f.changed_dims.iter().filter(|(a, _)| *a < flat.len()));
+                }
+            }
+            let mut dynamic = st.dynamic.clone();
+            match opts.dynamic {
+                Dynamic::Never => dynamic.clear(),
+                Dynamic::Always => {
+                    for (i, t) in flat.iter().enumerate() {
+                        dynamic.extend((0..t.rank()).map(|d| (i, d)));
+                    }
+                }
+                Dynamic::Auto => {}
+            }
+            if let Some(f) = failures.last() {
+                if !st.entries.is_empty() {
+                    let dims: Vec<String> = dynamic
+                        .iter()
+                        .map(|(a, d)| format!("arg{a} dim {d}"))
+                        .collect();
+                    let note = if dims.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (dynamic: {})", dims.join(", "))
+                    };
+                    logs::log_recompile(&opts.name, f, &note);
+                }
+            }
+            dynamic
+        };
+        let end = match pre_traced {
+            Some(end) => end,
+            None => self.trace(args, flat)?,
+        };
+        let layout = opts.backend.layout_sensitive();
+        let (entry, out) = match end {
+            TraceEnd::Whole { graph, params } => {
+                let n_args = flat.len();
+                let general = if dynamic.is_empty() {
+                    None
+                } else {
+                    generalize(&graph, n_args, &dynamic)
+                };
+                let symbolic = general.is_some();
+                let graph = general.unwrap_or(graph);
+                logs::log_graph(&graph);
+                let exe: Arc<dyn Executable> = Arc::from(opts.backend.compile(&graph)?);
+                self.shared.compiles.fetch_add(1, Ordering::Relaxed);
+                let mut arg_guards = Vec::with_capacity(n_args);
+                for ((name, id), t) in graph.inputs().iter().zip(flat) {
+                    arg_guards.push(TensorGuard {
+                        name: name.clone(),
+                        dtype: t.dtype(),
+                        dims: graph.node(*id).ty.shape.dims().to_vec(),
+                        contiguous: layout.then(|| t.is_contiguous()),
+                    });
+                }
+                let param_guards = graph.inputs()[n_args..]
+                    .iter()
+                    .zip(&params)
+                    .map(|((name, _), p)| TensorGuard::exact(name.clone(), p, layout))
+                    .collect();
+                let guards = Guards {
+                    args: arg_guards,
+                    params: param_guards,
+                };
+                let out = run_whole(exe.as_ref(), flat, &params)?;
+                let verified = if symbolic {
+                    let sizes = guards
+                        .check(flat, &params)
+                        .map_err(|f| Error::Compile {
+                            function: opts.name.clone(),
+                            reason: format!("the generalised guards reject their own trace: {f}"),
+                        })?
+                        .into_iter()
+                        .map(|(_, n)| n)
+                        .collect();
+                    HashMap::from([(sizes, true)])
+                } else {
+                    HashMap::new()
+                };
+                let entry = Entry {
+                    guards,
+                    kind: EntryKind::Whole {
+                        graph,
+                        exe,
+                        params,
+                        symbolic,
+                    },
+                    verified: Mutex::new(verified),
+                };
+                (entry, out)
+            }
+            TraceEnd::Done { outputs } => {
+                let guards = Guards {
+                    args: flat
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| TensorGuard::exact(format!("arg{i}"), t, layout))
+                        .collect(),
+                    params: Vec::new(),
+                };
+                let entry = Entry {
+                    guards,
+                    kind: EntryKind::Stepwise,
+                    verified: Mutex::new(HashMap::new()),
+                };
+                (entry, O::unflatten(outputs))
+            }
+        };
+        let mut st = self.shared.state.lock();
+        if !st.entries.is_empty() {
+            self.shared.recompiles.fetch_add(1, Ordering::Relaxed);
+        }
+        logs::log_guards(&opts.name, st.entries.len(), &entry.guards);
+        st.entries.push(Arc::new(entry));
+        Ok(out)
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> CompileStats {
+        let s = &self.shared;
+        let st = s.state.lock();
+        CompileStats {
+            calls: s.calls.load(Ordering::Relaxed),
+            cache_hits: s.hits.load(Ordering::Relaxed),
+            traces: s.traces.load(Ordering::Relaxed),
+            compiles: s.compiles.load(Ordering::Relaxed),
+            entries: st.entries.len(),
+            recompiles: s.recompiles.load(Ordering::Relaxed),
+            graph_breaks: s.breaks.load(Ordering::Relaxed),
+            eager_fallback: st.fallback.clone(),
+        }
+    }
+
+    /// The guards of each cache entry, in lookup order.
+    pub fn guards(&self) -> Vec<Guards> {
+        let st = self.shared.state.lock();
+        st.entries.iter().map(|e| e.guards.clone()).collect()
+    }
+
+    /// The compiled graph of each entry made from a trace without breaks.
+    pub fn graphs(&self) -> Vec<Graph> {
+        let st = self.shared.state.lock();
+        st.entries
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EntryKind::Whole { graph, .. } => Some(graph.clone()),
+                EntryKind::Stepwise => None,
+            })
+            .collect()
+    }
+
+    /// Compiles dim `dim` of argument `arg` as a symbol from the next compile on (like
+    /// `torch._dynamo.mark_dynamic`).
+    pub fn mark_dynamic(&self, arg: usize, dim: usize) {
+        self.shared.state.lock().dynamic.insert((arg, dim));
+    }
+
+    /// Drops every cache entry (and the eager fallback), e.g. after swapping a captured
+    /// tensor for another one through interior mutability, which guards cannot see.
+    pub fn reset(&self) {
+        let mut st = self.shared.state.lock();
+        st.entries.clear();
+        st.fallback = None;
+        st.dynamic = self.shared.opts.mark_dynamic.iter().copied().collect();
+        self.shared.segments.lock().clear();
+    }
+
+    /// A report of the latest traced call: its graphs, its breaks, and every entry's
+    /// guards.
+    pub fn explain_last(&self) -> ExplainReport {
+        let st = self.shared.state.lock();
+        ExplainReport {
+            name: self.shared.opts.name.clone(),
+            graphs: st.last_graphs.clone(),
+            breaks: st.last_breaks.clone(),
+            guards: st.entries.iter().map(|e| e.guards.clone()).collect(),
+            stats: None,
+        }
+    }
+}
+
+/// Runs a whole-function graph on the arguments and the entry's parameters.
+fn run_whole<O: TensorOutputs>(
+    exe: &dyn Executable,
+    flat: &[Tensor],
+    params: &[Tensor],
+) -> Result<O> {
+    let inputs: Vec<&CpuTensor> = flat
+        .iter()
+        .chain(params)
+        .map(|t| t.real())
+        .collect::<Result<_>>()?;
+    let outs = exe.run(&inputs)?;
+    Ok(O::unflatten(
+        outs.into_iter().map(Tensor::from_cpu).collect(),
+    ))
+}
+
+/// True when two traces lifted the very same parameter tensors (same storage and layout).
+fn same_params(a: &[Tensor], b: &[Tensor]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (&x.repr, &y.repr) {
+            (Repr::Real(x), Repr::Real(y)) => {
+                x.shares_storage(y)
+                    && x.offset() == y.offset()
+                    && x.shape() == y.shape()
+                    && x.strides() == y.strides()
+            }
+            _ => false,
+        })
+}

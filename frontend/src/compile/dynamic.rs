@@ -1,0 +1,145 @@
+//! Automatic dynamic shapes: turning a graph traced at concrete sizes into one over
+//! symbolic dims, and checking that a trace at other sizes is that graph instantiated.
+//!
+//! Generalisation names each dynamic dim of the arguments by a symbol (`s0`, `s1`, ...;
+//! dims of equal size share one, as torch's duck sizing does; sizes 0 and 1 stay
+//! constant), replaces those sizes in shape attributes (`reshape`, `expand`, `full`, ...)
+//! by the symbol, and re-infers every type. A size in an attribute that only happens to
+//! equal a symbol's size would be generalised wrongly, so a cache entry with symbols is
+//! used for new sizes only after a trace at those sizes is checked to be the entry's
+//! graph instantiated ([`same_as_instantiated`]); a mismatch compiles a new entry.
+
+use kiln_ir::{Dim, Graph, Op, Shape, TensorType};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// `graph` (traced at concrete sizes, its first `n_args` inputs the function's arguments)
+/// with the `(argument, dim)` pairs of `dynamic` made symbolic. `None` when no dim is made
+/// symbolic or the generalised graph does not type-check.
+pub(crate) fn generalize(
+    graph: &Graph,
+    n_args: usize,
+    dynamic: &BTreeSet<(usize, usize)>,
+) -> Option<Graph> {
+    let mut sym_of_size: HashMap<usize, Arc<str>> = HashMap::new();
+    let mut input_types: Vec<TensorType> = Vec::new();
+    for (i, (_, id)) in graph.inputs().iter().enumerate() {
+        let ty = &graph.node(*id).ty;
+        if i >= n_args {
+            input_types.push(ty.clone());
+            continue;
+        }
+        let dims: Shape = ty
+            .shape
+            .dims()
+            .iter()
+            .enumerate()
+            .map(|(d, dim)| match dim.as_const() {
+                Some(n) if n >= 2 && dynamic.contains(&(i, d)) => {
+                    let next = sym_of_size.len();
+                    Dim::Sym(
+                        sym_of_size
+                            .entry(n)
+                            .or_insert_with(|| Arc::from(format!("s{next}")))
+                            .clone(),
+                    )
+                }
+                _ => dim.clone(),
+            })
+            .collect();
+        input_types.push(TensorType::new(ty.dtype, dims));
+    }
+    if sym_of_size.is_empty() {
+        return None;
+    }
+    let mut out = Graph::new(graph.name());
+    let mut map = HashMap::new();
+    let mut inputs = input_types.into_iter();
+    for (id, node) in graph.nodes() {
+        let new = if node.op == Op::Input {
+            let name = graph.input_name(id)?;
+            out.add_input(name, inputs.next()?).ok()?
+        } else {
+            let op = symbolize(&node.op, &sym_of_size);
+            let args: Vec<kiln_ir::Arg> = node
+                .args
+                .iter()
+                .map(|a| match a {
+                    kiln_ir::Arg::Value(v) => kiln_ir::Arg::Value(map[v]),
+                    s => *s,
+                })
+                .collect();
+            out.add_op(op, &args, node.loc.clone()).ok()?
+        };
+        map.insert(id, new);
+    }
+    out.set_outputs(graph.outputs().iter().map(|o| map[o]).collect())
+        .ok()?;
+    kiln_ir::verify(&out).ok()?;
+    Some(out)
+}
+
+/// `op` with each size of its shape attribute that is a symbol's size replaced by it.
+fn symbolize(op: &Op, sym_of_size: &HashMap<usize, Arc<str>>) -> Op {
+    let mut op = op.clone();
+    if let Op::Full { shape, .. }
+    | Op::Rand { shape, .. }
+    | Op::Randn { shape, .. }
+    | Op::Reshape { shape }
+    | Op::Expand { shape } = &mut op
+    {
+        *shape = shape
+            .dims()
+            .iter()
+            .map(|d| match d.as_const().and_then(|n| sym_of_size.get(&n)) {
+                Some(s) => Dim::Sym(s.clone()),
+                None => d.clone(),
+            })
+            .collect();
+    }
+    op
+}
+
+fn bind_type(ty: &TensorType, lookup: &dyn Fn(&str) -> Option<usize>) -> Option<TensorType> {
+    let shape = ty
+        .shape
+        .dims()
+        .iter()
+        .map(|d| match d {
+            Dim::Sym(s) => lookup(s).map(Dim::Const),
+            c => Some(c.clone()),
+        })
+        .collect::<Option<Shape>>()?;
+    Some(TensorType::new(ty.dtype, shape))
+}
+
+/// True when `concrete` (a trace at the sizes in `bindings`) is `symbolic` with its
+/// symbols replaced by those sizes: same inputs, ops, operands, types and outputs.
+pub(crate) fn same_as_instantiated(
+    symbolic: &Graph,
+    bindings: &[(Arc<str>, usize)],
+    concrete: &Graph,
+) -> bool {
+    let lookup = |s: &str| bindings.iter().find(|(b, _)| &**b == s).map(|(_, n)| *n);
+    if symbolic.len() != concrete.len()
+        || symbolic.inputs().len() != concrete.inputs().len()
+        || symbolic.outputs() != concrete.outputs()
+    {
+        return false;
+    }
+    let names_match = symbolic
+        .inputs()
+        .iter()
+        .zip(concrete.inputs())
+        .all(|(a, b)| a == b);
+    names_match
+        && symbolic
+            .nodes()
+            .zip(concrete.nodes())
+            .all(|((ia, a), (ib, b))| {
+                ia == ib
+                    && a.args == b.args
+                    && a.op.bind_symbols(&lookup).is_ok_and(|op| *op == b.op)
+                    && bind_type(&a.ty, &lookup).is_some_and(|t| t == b.ty)
+            })
+}

@@ -1,0 +1,157 @@
+//! `kiln::compile`: capture eager code into graphs, with guards, recompiles, automatic
+//! dynamic shapes and graph breaks (kiln's Dynamo).
+//!
+//! ```
+//! use kiln::{compile, DType, Tensor};
+//! let w = Tensor::randn(&[16, 8], DType::F32, 1)?;
+//! let f = compile(|x: &Tensor| (&x.matmul(&w)?.relu()? * 2.0));
+//! let x = Tensor::randn(&[4, 16], DType::F32, 2)?;
+//! let y = f.call(&x)?;               // traces, compiles, runs
+//! let y2 = f.call(&x)?;              // guards pass: the compiled graph runs
+//! assert_eq!(y.to_vec::<f32>()?, y2.to_vec::<f32>()?);
+//! assert_eq!(f.stats().compiles, 1);
+//! # Ok::<(), kiln::Error>(())
+//! ```
+//!
+//! Tensors the function reads that are not arguments (weights captured by the closure)
+//! become inputs of the graph *by reference*: an in-place update of a weight between calls
+//! is seen by the next call. Swapping a captured tensor for another one through interior
+//! mutability (`RefCell`, `Mutex`) is not visible to the guards: call
+//! [`CompiledFn::reset`] after doing so.
+
+mod args;
+mod backend;
+mod compiled_fn;
+mod dynamic;
+mod explain;
+mod guards;
+pub(crate) mod lazy;
+mod logs;
+mod tracer;
+
+pub use args::{TensorArgs, TensorOutputs};
+pub use backend::Backend;
+pub use compiled_fn::{CompileStats, CompiledFn};
+pub use explain::ExplainReport;
+pub use guards::{GuardFailure, Guards, TensorGuard};
+pub use logs::{enabled as log_enabled, parse_log_spec, LogCategory};
+pub use tracer::GraphBreak;
+
+use crate::error::Result;
+
+/// When dims are compiled as symbols.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dynamic {
+    /// a dim whose size changed between calls becomes a symbol at the recompile
+    #[default]
+    Auto,
+    /// every dim of every argument is a symbol from the first compile (sizes 0 and 1 stay
+    /// specialised)
+    Always,
+    /// every dim stays a constant; each new size compiles a new entry
+    Never,
+}
+
+/// Options of [`compile_with`].
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// where compiled graphs run
+    pub backend: Backend,
+    /// a graph break is an error instead
+    pub fullgraph: bool,
+    /// automatic dynamic shapes
+    pub dynamic: Dynamic,
+    /// at most this many cache entries; past it the function runs eagerly
+    pub cache_limit: usize,
+    /// the name of the graphs (`@name`) and of the function in logs and errors
+    pub name: String,
+    /// `(argument, dim)` pairs compiled as symbols from the start
+    pub mark_dynamic: Vec<(usize, usize)>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions {
+            backend: Backend::default(),
+            fullgraph: false,
+            dynamic: Dynamic::Auto,
+            cache_limit: 8,
+            name: "compiled".into(),
+            mark_dynamic: Vec::new(),
+        }
+    }
+}
+
+impl CompileOptions {
+    /// Sets the backend.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Makes graph breaks errors.
+    pub fn fullgraph(mut self, fullgraph: bool) -> Self {
+        self.fullgraph = fullgraph;
+        self
+    }
+
+    /// Sets the dynamic-shape policy.
+    pub fn dynamic(mut self, dynamic: Dynamic) -> Self {
+        self.dynamic = dynamic;
+        self
+    }
+
+    /// Sets the cache limit.
+    pub fn cache_limit(mut self, limit: usize) -> Self {
+        self.cache_limit = limit;
+        self
+    }
+
+    /// Names the function (and its graphs).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Compiles dim `dim` of argument `arg` as a symbol from the first compile.
+    pub fn mark_dynamic(mut self, arg: usize, dim: usize) -> Self {
+        self.mark_dynamic.push((arg, dim));
+        self
+    }
+}
+
+/// Compiles `f` with the default options (the fastest backend, automatic dynamic shapes,
+/// graph breaks allowed, 8 cache entries).
+pub fn compile<'f, A, O>(f: impl Fn(&A) -> Result<O> + Send + Sync + 'f) -> CompiledFn<'f, A, O>
+where
+    A: ?Sized + TensorArgs,
+    O: TensorOutputs,
+{
+    CompiledFn::new(f, CompileOptions::default())
+}
+
+/// Compiles `f` with `options`.
+pub fn compile_with<'f, A, O>(
+    f: impl Fn(&A) -> Result<O> + Send + Sync + 'f,
+    options: CompileOptions,
+) -> CompiledFn<'f, A, O>
+where
+    A: ?Sized + TensorArgs,
+    O: TensorOutputs,
+{
+    CompiledFn::new(f, options)
+}
+
+/// Compiles `f` and calls it once on `args`, and reports what was captured: the graphs,
+/// the ops in each, each graph break with its reason and source line, and the guards.
+pub fn explain<A, O>(f: impl Fn(&A) -> Result<O> + Send + Sync, args: &A) -> Result<ExplainReport>
+where
+    A: ?Sized + TensorArgs,
+    O: TensorOutputs,
+{
+    let compiled = compile_with(f, CompileOptions::default().name("explain"));
+    compiled.call(args)?;
+    let mut report = compiled.explain_last();
+    report.stats = Some(compiled.stats());
+    Ok(report)
+}

@@ -1,0 +1,382 @@
+//! The tracer: records the ops of one call of a compiled function into graphs.
+//!
+//! A trace is a sequence of *segments*. Ops append nodes to the current segment's graph;
+//! tensors the function reads that are not its arguments (weights captured by a closure,
+//! values computed before a break) become inputs of the graph, by reference. Reading a
+//! tensor's values (or mutating one in place) is a graph break: the live values of the
+//! segment become its outputs, the segment runs, and a new segment starts.
+
+use super::lazy::{contiguous_strides, LazyValue};
+use crate::error::{Error, Result};
+use crate::tensor::Repr;
+use crate::{Operand, Tensor};
+use kiln_ir::{Arg, Graph, GraphError, NodeId, Op, Shape, TensorType};
+use kiln_runtime::{execute, CpuTensor, EagerArg, RuntimeError};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::panic::Location;
+use std::sync::{Arc, OnceLock, Weak};
+
+/// Runs a finished segment: compiles it (or finds it compiled) and executes it.
+pub(crate) trait SegmentRunner: Send + Sync {
+    /// Runs `g` on `inputs` (in `g`'s input order).
+    fn run_segment(&self, g: &Graph, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>>;
+}
+
+/// A graph break seen while tracing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GraphBreak {
+    /// the op that caused it (`item`, `to_vec`, `add_`, ...)
+    pub op: &'static str,
+    /// the user's source location, `file.rs:line:col`
+    pub loc: String,
+    /// why the graph had to end there
+    pub reason: String,
+}
+
+impl fmt::Display for GraphBreak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` at {}: {}", self.op, self.loc, self.reason)
+    }
+}
+
+/// How a trace ended.
+pub(crate) enum TraceEnd {
+    /// No break: the whole function is one graph, which has not run yet. Its inputs are
+    /// the function's arguments (in order) followed by `params`.
+    Whole { graph: Graph, params: Vec<Tensor> },
+    /// There were breaks: every segment has run and these are the outputs' data.
+    Done { outputs: Vec<Tensor> },
+}
+
+/// Identity of a tensor lifted as a graph input, so each one is lifted once per segment.
+#[derive(Hash, PartialEq, Eq)]
+enum InputKey {
+    Lazy(usize),
+    Real {
+        storage: usize,
+        offset: usize,
+        shape: Vec<usize>,
+        strides: Vec<isize>,
+    },
+}
+
+struct TraceState {
+    segment: u32,
+    graph: Graph,
+    /// the tensor feeding each graph input, in input order
+    inputs: Vec<Tensor>,
+    input_keys: HashMap<InputKey, NodeId>,
+    ops: usize,
+    live: Vec<Weak<LazyValue>>,
+    graphs: Vec<Graph>,
+    breaks: Vec<GraphBreak>,
+}
+
+/// One call's trace.
+pub(crate) struct Tracer {
+    me: Weak<Tracer>,
+    name: String,
+    fullgraph: bool,
+    n_args: usize,
+    runner: Arc<dyn SegmentRunner>,
+    state: Mutex<TraceState>,
+}
+
+fn loc_string(loc: &Location<'_>) -> String {
+    format!("{}:{}:{}", loc.file(), loc.line(), loc.column())
+}
+
+fn graph_error(function: &str, e: GraphError) -> Error {
+    match e {
+        GraphError::Type { source, .. } => Error::Runtime(RuntimeError::Type(source)),
+        other => Error::Compile {
+            function: function.to_string(),
+            reason: other.to_string(),
+        },
+    }
+}
+
+impl Tracer {
+    /// Starts a trace of a function called with `args`; returns the tracer and the lazy
+    /// tensors standing for the arguments (their data is the arguments' data).
+    pub(crate) fn start(
+        name: &str,
+        fullgraph: bool,
+        runner: Arc<dyn SegmentRunner>,
+        args: &[Tensor],
+    ) -> Result<(Arc<Tracer>, Vec<Tensor>)> {
+        let tracer = Arc::new_cyclic(|me| Tracer {
+            me: me.clone(),
+            name: name.to_string(),
+            fullgraph,
+            n_args: args.len(),
+            runner,
+            state: Mutex::new(TraceState {
+                segment: 0,
+                graph: Graph::new(name),
+                inputs: Vec::new(),
+                input_keys: HashMap::new(),
+                ops: 0,
+                live: Vec::new(),
+                graphs: Vec::new(),
+                breaks: Vec::new(),
+            }),
+        });
+        let mut lazy_args = Vec::with_capacity(args.len());
+        {
+            let mut st = tracer.state.lock();
+            for (i, a) in args.iter().enumerate() {
+                let real = a.real()?.clone();
+                let node = st
+                    .graph
+                    .add_input(format!("arg{i}"), real.tensor_type())
+                    .map_err(|e| graph_error(name, e))?;
+                let v = Arc::new(LazyValue {
+                    tracer: tracer.me.clone(),
+                    segment: 0,
+                    node,
+                    dtype: real.dtype(),
+                    shape: real.shape().to_vec(),
+                    strides: real.strides().to_vec(),
+                    value: OnceLock::from(real),
+                    view_of: None,
+                });
+                st.inputs.push(Tensor::lazy(v.clone()));
+                lazy_args.push(Tensor::lazy(v));
+            }
+        }
+        Ok((tracer, lazy_args))
+    }
+
+    /// The traced function's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Records `op` applied to `args` as a node of the current segment.
+    pub(crate) fn record(
+        &self,
+        op: &Op,
+        args: &[Operand<'_>],
+        loc: &'static Location<'static>,
+    ) -> Result<Tensor> {
+        let mut st = self.state.lock();
+        let mut gargs: smallvec::SmallVec<[Arg; 3]> = smallvec::SmallVec::new();
+        for a in args {
+            gargs.push(match a {
+                Operand::Scalar(s) => Arg::Scalar(*s),
+                Operand::Tensor(t) => Arg::Value(self.node_for(&mut st, t)?),
+            });
+        }
+        let node = st
+            .graph
+            .add_op(op.clone(), &gargs, Some(loc_string(loc)))
+            .map_err(|e| graph_error(&self.name, e))?;
+        st.ops += 1;
+        let ty = &st.graph.node(node).ty;
+        let dtype = ty.dtype;
+        let shape: Vec<usize> = ty
+            .shape
+            .as_consts()
+            .ok_or_else(|| Error::Compile {
+                function: self.name.clone(),
+                reason: format!("{} traced to a symbolic type {ty}", op.name()),
+            })?
+            .to_vec();
+        let view_of = match (op.is_view(), args.first()) {
+            (true, Some(Operand::Tensor(t))) => Some((op.clone(), (*t).clone())),
+            _ => None,
+        };
+        let v = Arc::new(LazyValue {
+            tracer: self.me.clone(),
+            segment: st.segment,
+            node,
+            dtype,
+            strides: contiguous_strides(&shape),
+            shape,
+            value: OnceLock::new(),
+            view_of,
+        });
+        st.live.push(Arc::downgrade(&v));
+        Ok(Tensor::lazy(v))
+    }
+
+    /// The node standing for `t` in the current segment, lifting it as an input if it
+    /// is not a value of the segment.
+    fn node_for(&self, st: &mut TraceState, t: &Tensor) -> Result<NodeId> {
+        let key = match &t.repr {
+            Repr::Lazy(v) if v.tracer.ptr_eq(&self.me) && v.segment == st.segment => {
+                return Ok(v.node)
+            }
+            Repr::Lazy(v) => InputKey::Lazy(Arc::as_ptr(v) as usize),
+            Repr::Real(r) => InputKey::Real {
+                storage: Arc::as_ptr(r.storage()) as usize,
+                offset: r.offset(),
+                shape: r.shape().to_vec(),
+                strides: r.strides().to_vec(),
+            },
+        };
+        if let Some(n) = st.input_keys.get(&key) {
+            return Ok(*n);
+        }
+        let real = t.real()?;
+        let prefix = match key {
+            InputKey::Lazy(_) => "c",
+            InputKey::Real { .. } => "p",
+        };
+        let name = format!("{prefix}{}", st.inputs.len());
+        let ty = TensorType::new(real.dtype(), Shape::of(real.shape()));
+        let node = st
+            .graph
+            .add_input(name, ty)
+            .map_err(|e| graph_error(&self.name, e))?;
+        st.inputs.push(t.clone());
+        st.input_keys.insert(key, node);
+        Ok(node)
+    }
+
+    /// A graph break caused by `op` at `loc`: an error under `fullgraph`, else the current
+    /// segment runs and a new one starts.
+    pub(crate) fn graph_break(
+        &self,
+        op: &'static str,
+        loc: &'static Location<'static>,
+    ) -> Result<()> {
+        let reason = if op.ends_with('_') {
+            format!("`{op}` mutates a tensor in place, which runs eagerly between graphs")
+        } else {
+            format!("`{op}` reads a tensor's values, so the graph before it has to run")
+        };
+        let brk = GraphBreak {
+            op,
+            loc: loc_string(loc),
+            reason,
+        };
+        if self.fullgraph {
+            return Err(Error::GraphBreak {
+                op,
+                loc: brk.loc,
+                reason: brk.reason,
+            });
+        }
+        super::logs::log_break(&self.name, &brk);
+        let mut st = self.state.lock();
+        st.breaks.push(brk);
+        self.flush(&mut st)
+    }
+
+    /// Runs the current segment so that every live value of it has data, then starts a
+    /// new segment.
+    fn flush(&self, st: &mut TraceState) -> Result<()> {
+        let live: Vec<Arc<LazyValue>> = st
+            .live
+            .drain(..)
+            .filter_map(|w| w.upgrade())
+            .filter(|v| v.value.get().is_none())
+            .collect();
+        let mut outs: Vec<Arc<LazyValue>> = Vec::new();
+        let mut seen: HashSet<usize> = HashSet::new();
+        for v in &live {
+            if let Some(root) = self.root_of(v, st.segment) {
+                if seen.insert(Arc::as_ptr(&root) as usize) {
+                    outs.push(root);
+                }
+            }
+        }
+        if !outs.is_empty() {
+            st.graph
+                .set_outputs(outs.iter().map(|v| v.node).collect())
+                .map_err(|e| graph_error(&self.name, e))?;
+            let inputs: Vec<&CpuTensor> =
+                st.inputs.iter().map(|t| t.real()).collect::<Result<_>>()?;
+            let results = self.runner.run_segment(&st.graph, &inputs)?;
+            for (v, r) in outs.iter().zip(results) {
+                let _ = v.value.set(r);
+            }
+        }
+        if st.ops > 0 {
+            st.graphs.push(st.graph.clone());
+        }
+        for v in &live {
+            regenerate(v)?;
+        }
+        st.segment += 1;
+        st.graph = Graph::new(format!("{}_{}", self.name, st.segment));
+        st.inputs.clear();
+        st.input_keys.clear();
+        st.ops = 0;
+        Ok(())
+    }
+
+    /// The value whose data the graph must produce so that `v` can be had: `v` itself, or
+    /// for a view, the base it views (views are regenerated from their base); `None` when
+    /// the base already has data.
+    fn root_of(&self, v: &Arc<LazyValue>, segment: u32) -> Option<Arc<LazyValue>> {
+        let mut cur = v.clone();
+        loop {
+            let next = match &cur.view_of {
+                None => return Some(cur),
+                Some((_, base)) => match &base.repr {
+                    Repr::Lazy(b)
+                        if b.value.get().is_none()
+                            && b.tracer.ptr_eq(&self.me)
+                            && b.segment == segment =>
+                    {
+                        b.clone()
+                    }
+                    _ => return None,
+                },
+            };
+            cur = next;
+        }
+    }
+
+    /// Ends the trace with the function's `outputs`.
+    pub(crate) fn finish(&self, outputs: &[Tensor]) -> Result<TraceEnd> {
+        let mut st = self.state.lock();
+        if st.breaks.is_empty() {
+            let nodes = outputs
+                .iter()
+                .map(|t| self.node_for(&mut st, t))
+                .collect::<Result<Vec<_>>>()?;
+            st.graph
+                .set_outputs(nodes)
+                .map_err(|e| graph_error(&self.name, e))?;
+            let n_args = self.n_args;
+            let graph = std::mem::take(&mut st.graph);
+            let params = st.inputs.split_off(n_args);
+            return Ok(TraceEnd::Whole { graph, params });
+        }
+        self.flush(&mut st)?;
+        let outputs = outputs
+            .iter()
+            .map(|t| Ok(Tensor::from_cpu(t.real()?.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(TraceEnd::Done { outputs })
+    }
+
+    /// The graphs that ran (segments with at least one op) and the breaks seen.
+    pub(crate) fn report(&self) -> (Vec<Graph>, Vec<GraphBreak>) {
+        let st = self.state.lock();
+        (st.graphs.clone(), st.breaks.clone())
+    }
+}
+
+/// Gives a view its data from its base's data (as eager mode would make it).
+fn regenerate(v: &Arc<LazyValue>) -> Result<()> {
+    if v.value.get().is_some() {
+        return Ok(());
+    }
+    let Some((op, base)) = &v.view_of else {
+        return v.value().map(|_| ());
+    };
+    if let Repr::Lazy(b) = &base.repr {
+        regenerate(b)?;
+    }
+    let base = base.real()?;
+    let out = execute(op, &[EagerArg::Tensor(base)])?;
+    let _ = v.value.set(out);
+    Ok(())
+}
