@@ -50,5 +50,39 @@ pub fn demo() -> Result<(), CliError> {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f64::max);
     println!("max |eager - interpreter| = {max_err:.3e}");
+    compile_tour()
+}
+
+/// `kiln::compile` on the zoo's mlp: capture, cache hits, a recompile that makes the batch
+/// dim symbolic, and a function with a graph break.
+fn compile_tour() -> Result<(), CliError> {
+    println!("\n== kiln::compile: the zoo's mlp at batch 4, 8, 16, 4 ==");
+    let model = kiln::models::build("mlp", Some(&[4, 32]))?;
+    let f = |xs: &[Tensor]| model.forward(xs);
+    let compiled = kiln::compile_with(f, kiln::CompileOptions::default().name("mlp"));
+    for batch in [4usize, 8, 16, 4] {
+        let x = vec![Tensor::randn(&[batch, 32], DType::F32, batch as u64)?];
+        let (c, e) = (compiled.call(&x)?, f(&x)?);
+        let same = c[0].to_vec_f64()? == e[0].to_vec_f64()?;
+        println!("batch {batch:>2}: compiled == eager: {same}");
+    }
+    let s = compiled.stats();
+    println!(
+        "calls {}, compiles {}, recompiles {}, cache hits {}",
+        s.calls, s.compiles, s.recompiles, s.cache_hits
+    );
+    for (i, g) in compiled.guards().iter().enumerate() {
+        println!("entry {i} guards: {g}");
+    }
+    print!("{}", compiled.graphs().last().ok_or("no graph")?);
+
+    println!("\n== kiln::explain: a function that reads a value in the middle ==");
+    let with_item = |x: &Tensor| -> kiln::Result<Tensor> {
+        let h = x.exp()?;
+        let m = h.mean(&[], false)?.item()?;
+        (&h / m)?.tanh()
+    };
+    let report = kiln::explain(with_item, &Tensor::randn(&[3, 4], DType::F32, 1)?)?;
+    print!("{report}");
     Ok(())
 }

@@ -27,10 +27,24 @@ pub enum Backend {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Parse, verify and print a .kir file with every type inferred.
+    /// Print a graph: a .kir file parsed, verified and printed with every type inferred,
+    /// or a model of the zoo traced by `kiln::compile` (`--model NAME --stage traced`).
     Dump {
-        /// the IR file
-        file: PathBuf,
+        /// the IR file (or use --model)
+        #[arg(required_unless_present = "model")]
+        file: Option<PathBuf>,
+        /// a model of the zoo: pointwise, layernorm, softmax, reduce, mlp, block, tiny
+        #[arg(long, conflicts_with = "file")]
+        model: Option<String>,
+        /// the pipeline stage to print
+        #[arg(long, value_enum, default_value_t = Stage::Traced)]
+        stage: Stage,
+        /// the model's input shape, e.g. `--shape 8x1024` (default: the workload's)
+        #[arg(long, value_parser = parse_shape)]
+        shape: Option<ShapeArg>,
+        /// trace every input dim as a symbol (`dynamic: always`)
+        #[arg(long)]
+        dynamic: bool,
     },
     /// Run a graph of a .kir file on random or given inputs and print (or save) its outputs.
     Run {
@@ -59,6 +73,28 @@ enum Command {
     Demo,
 }
 
+/// A stage of the pipeline that `kiln dump` can print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Stage {
+    /// the graph as captured (for a .kir file: as parsed and type-checked)
+    Traced,
+}
+
+/// A shape given on the command line (`8x1024`).
+#[derive(Clone, Debug)]
+pub struct ShapeArg(pub Vec<usize>);
+
+fn parse_shape(s: &str) -> Result<ShapeArg, String> {
+    s.split(['x', ','])
+        .map(|d| {
+            d.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("`{d}` is not a size in `{s}` (expected e.g. 8x1024)"))
+        })
+        .collect::<Result<Vec<usize>, String>>()
+        .map(ShapeArg)
+}
+
 fn parse_dim(s: &str) -> Result<(String, usize), String> {
     let (name, size) = s
         .split_once('=')
@@ -75,7 +111,19 @@ pub type CliError = Box<dyn std::error::Error>;
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Dump { file } => dump::dump(&file),
+        Command::Dump {
+            file,
+            model,
+            stage,
+            shape,
+            dynamic,
+        } => match (file, model) {
+            (Some(file), _) => dump::dump(&file),
+            (None, Some(model)) => {
+                dump::dump_model(&model, stage, shape.as_ref().map(|s| &s.0[..]), dynamic)
+            }
+            (None, None) => Err("give a .kir file or --model NAME".into()),
+        },
         Command::Run {
             file,
             graph,

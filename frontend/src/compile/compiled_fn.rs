@@ -479,6 +479,30 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         Ok(out)
     }
 
+    /// Traces one call on `args` without compiling and returns the captured graphs: the
+    /// whole function's graph (not run; over symbols when the options make every dim
+    /// dynamic), or, when the function breaks, the segments (which ran, as they must).
+    pub fn capture(&self, args: &A) -> Result<Vec<Graph>> {
+        let flat = args.flatten();
+        let end = self.trace(args, &flat)?;
+        if let TraceEnd::Whole { graph, .. } = &end {
+            if self.shared.opts.dynamic == Dynamic::Always {
+                let all: BTreeSet<(usize, usize)> = flat
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, t)| (0..t.rank()).map(move |d| (i, d)))
+                    .collect();
+                if let Some(g) = generalize(graph, flat.len(), &all) {
+                    logs::log_graph(&g);
+                    return Ok(vec![g]);
+                }
+            }
+        }
+        let graphs = self.shared.state.lock().last_graphs.clone();
+        graphs.iter().for_each(logs::log_graph);
+        Ok(graphs)
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> CompileStats {
         let s = &self.shared;

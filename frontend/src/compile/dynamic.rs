@@ -14,9 +14,34 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// `graph` (traced at concrete sizes, its first `n_args` inputs the function's arguments)
-/// with the `(argument, dim)` pairs of `dynamic` made symbolic. `None` when no dim is made
-/// symbolic or the generalised graph does not type-check.
+/// with as many of the `(argument, dim)` pairs of `dynamic` made symbolic as type-check:
+/// all of them if possible, else greedily one by one (a dim that must equal a weight's
+/// size, such as the inner dim of a matmul, stays constant: it is specialised). `None`
+/// when no dim can be made symbolic.
 pub(crate) fn generalize(
+    graph: &Graph,
+    n_args: usize,
+    dynamic: &BTreeSet<(usize, usize)>,
+) -> Option<Graph> {
+    if let Some(g) = generalize_exactly(graph, n_args, dynamic) {
+        return Some(g);
+    }
+    let mut kept = BTreeSet::new();
+    let mut best = None;
+    for &d in dynamic {
+        kept.insert(d);
+        match generalize_exactly(graph, n_args, &kept) {
+            Some(g) => best = Some(g),
+            None => {
+                kept.remove(&d);
+            }
+        }
+    }
+    best
+}
+
+/// `graph` with exactly the dims of `dynamic` made symbolic, if that type-checks.
+fn generalize_exactly(
     graph: &Graph,
     n_args: usize,
     dynamic: &BTreeSet<(usize, usize)>,
@@ -60,7 +85,6 @@ pub(crate) fn generalize(
             let name = graph.input_name(id)?;
             out.add_input(name, inputs.next()?).ok()?
         } else {
-            let op = symbolize(&node.op, &sym_of_size);
             let args: Vec<kiln_ir::Arg> = node
                 .args
                 .iter()
@@ -69,7 +93,10 @@ pub(crate) fn generalize(
                     s => *s,
                 })
                 .collect();
-            out.add_op(op, &args, node.loc.clone()).ok()?
+            // the first substitution of symbols into the shape attribute that type-checks
+            symbolizations(&node.op, &sym_of_size)
+                .into_iter()
+                .find_map(|op| out.add_op(op, &args, node.loc.clone()).ok())?
         };
         map.insert(id, new);
     }
@@ -79,25 +106,56 @@ pub(crate) fn generalize(
     Some(out)
 }
 
-/// `op` with each size of its shape attribute that is a symbol's size replaced by it.
-fn symbolize(op: &Op, sym_of_size: &HashMap<usize, Arc<str>>) -> Op {
-    let mut op = op.clone();
-    if let Op::Full { shape, .. }
-    | Op::Rand { shape, .. }
-    | Op::Randn { shape, .. }
-    | Op::Reshape { shape }
-    | Op::Expand { shape } = &mut op
-    {
-        *shape = shape
-            .dims()
-            .iter()
-            .map(|d| match d.as_const().and_then(|n| sym_of_size.get(&n)) {
-                Some(s) => Dim::Sym(s.clone()),
-                None => d.clone(),
-            })
-            .collect();
-    }
-    op
+/// The ways to write `op` with symbols in its shape attribute, most substitutions first:
+/// each size equal to a symbol's size may be that symbol or a constant that happens to be
+/// equal (a head count of 2 when the batch is 2), so every subset of those positions is a
+/// candidate; the caller takes the first that type-checks, and retracing at other sizes
+/// catches a wrong guess.
+fn symbolizations(op: &Op, sym_of_size: &HashMap<usize, Arc<str>>) -> Vec<Op> {
+    let Some(shape) = op.shape_attr() else {
+        return vec![op.clone()];
+    };
+    let positions: Vec<usize> = shape
+        .dims()
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.as_const().is_some_and(|n| sym_of_size.contains_key(&n)))
+        .map(|(i, _)| i)
+        .take(8)
+        .collect();
+    let mut masks: Vec<u32> = (0..1u32 << positions.len()).collect();
+    masks.sort_by_key(|m| {
+        (
+            std::cmp::Reverse(m.count_ones()),
+            std::cmp::Reverse(m.reverse_bits()),
+        )
+    });
+    masks
+        .into_iter()
+        .map(|mask| {
+            let dims: Shape = shape
+                .dims()
+                .iter()
+                .enumerate()
+                .map(|(i, d)| match positions.iter().position(|&p| p == i) {
+                    Some(bit) if mask & (1 << bit) != 0 => {
+                        Dim::Sym(sym_of_size[&d.as_const().expect("constant")].clone())
+                    }
+                    _ => d.clone(),
+                })
+                .collect();
+            let mut op = op.clone();
+            if let Op::Full { shape, .. }
+            | Op::Rand { shape, .. }
+            | Op::Randn { shape, .. }
+            | Op::Reshape { shape }
+            | Op::Expand { shape } = &mut op
+            {
+                *shape = dims;
+            }
+            op
+        })
+        .collect()
 }
 
 fn bind_type(ty: &TensorType, lookup: &dyn Fn(&str) -> Option<usize>) -> Option<TensorType> {
