@@ -42,6 +42,17 @@ pub enum Error {
         /// why it breaks the graph
         reason: String,
     },
+    /// An op failed while a compiled function was being traced: the op's error (the same
+    /// error eager mode gives) and the user's source line.
+    #[error("{source}\n  at {loc} (while tracing @{function})")]
+    Traced {
+        /// the error eager mode gives for the op
+        source: Box<Error>,
+        /// the user's source location, `file.rs:line:col`
+        loc: String,
+        /// the compiled function's name
+        function: String,
+    },
     /// A compiled function could not be traced or compiled.
     #[error("compile @{function}: {reason}")]
     Compile {

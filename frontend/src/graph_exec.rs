@@ -55,6 +55,17 @@ pub fn bind_inputs(g: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, usize
 
 /// Runs `g` on `inputs` (in signature order) and returns its outputs in return order.
 pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    run_nodes(g, inputs, false)
+}
+
+/// Like [`run_graph`], but each node goes through kiln's op dispatch like user code: inside
+/// a function compiled by [`crate::compile`] the nodes are traced. Tests use it to compile
+/// random graphs as if they were user programs.
+pub fn replay(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    run_nodes(g, inputs, true)
+}
+
+fn run_nodes(g: &Graph, inputs: &[Tensor], traceable: bool) -> Result<Vec<Tensor>> {
     let bound = bind_inputs(g, inputs)?;
     let lookup = |s: &str| bound.get(s).copied();
     let mut values: HashMap<kiln_ir::NodeId, Tensor> = HashMap::new();
@@ -80,7 +91,11 @@ pub fn run_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
                 format!("symbolic dim `{s}` is not bound by any input"),
             )
         })?;
-        let out = Tensor::apply_eager(&op, &args)?;
+        let out = if traceable {
+            Tensor::apply(&op, &args)?
+        } else {
+            Tensor::apply_eager(&op, &args)?
+        };
         values.insert(id, out);
     }
     Ok(g.outputs().iter().map(|o| values[o].clone()).collect())

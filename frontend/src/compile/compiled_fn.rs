@@ -138,7 +138,7 @@ pub struct CompiledFn<'f, A: ?Sized + TensorArgs, O: TensorOutputs> {
 /// failure of every entry whose guards did not.
 struct Lookup {
     hits: Vec<(Arc<Entry>, Bindings)>,
-    failures: Vec<GuardFailure>,
+    failures: Vec<(Arc<Entry>, GuardFailure)>,
 }
 
 impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
@@ -213,7 +213,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
             };
             match e.guards.check(flat, params) {
                 Ok(b) => hits.push((e.clone(), b)),
-                Err(f) => failures.push(f),
+                Err(f) => failures.push((e.clone(), f)),
             }
         }
         Lookup { hits, failures }
@@ -326,7 +326,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         &self,
         args: &A,
         flat: &[Tensor],
-        failures: &[GuardFailure],
+        failures: &[(Arc<Entry>, GuardFailure)],
         pre_traced: Option<TraceEnd>,
     ) -> Result<O> {
         let opts = &self.shared.opts;
@@ -342,7 +342,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
             if st.entries.len() >= opts.cache_limit {
                 let why = failures
                     .last()
-                    .map(|f| f.to_string())
+                    .map(|(_, f)| f.to_string())
                     .unwrap_or_else(|| "no entry's guards passed".into());
                 let msg = format!(
                     "kiln: @{} reached cache_limit ({}); running it eagerly from now on. \
@@ -359,7 +359,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 };
             }
             if opts.dynamic == Dynamic::Auto {
-                for f in failures {
+                for (_, f) in failures {
                     st.dynamic
                         .extend(f.changed_dims.iter().filter(|(a, _)| *a < flat.len()));
                 }
@@ -374,7 +374,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 }
                 Dynamic::Auto => {}
             }
-            if let Some(f) = failures.last() {
+            if let Some((_, f)) = failures.last() {
                 if !st.entries.is_empty() {
                     let dims: Vec<String> = dynamic
                         .iter()
@@ -395,13 +395,21 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
             None => self.trace(args, flat)?,
         };
         let layout = opts.backend.layout_sensitive();
+        // The entry is kept even when running it fails below: a data-dependent runtime
+        // error (an index out of range) is the call's, not the graph's.
         let (entry, out) = match end {
             TraceEnd::Whole { graph, params } => {
                 let n_args = flat.len();
+                // The latest entry that failed only on sizes is a second sample of the
+                // same program: sizes equal in both are constants, not symbols.
+                let previous = failures.iter().rev().find_map(|(e, f)| match &e.kind {
+                    EntryKind::Whole { graph, .. } if !f.changed_dims.is_empty() => Some(graph),
+                    _ => None,
+                });
                 let general = if dynamic.is_empty() {
                     None
                 } else {
-                    generalize(&graph, n_args, &dynamic)
+                    generalize(&graph, n_args, &dynamic, previous)
                 };
                 let symbolic = general.is_some();
                 let graph = general.unwrap_or(graph);
@@ -426,7 +434,6 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     args: arg_guards,
                     params: param_guards,
                 };
-                let out = run_whole(exe.as_ref(), flat, &params)?;
                 let verified = if symbolic {
                     let sizes = guards
                         .check(flat, &params)
@@ -451,7 +458,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     },
                     verified: Mutex::new(verified),
                 };
-                (entry, out)
+                (entry, None)
             }
             TraceEnd::Done { outputs } => {
                 let guards = Guards {
@@ -467,16 +474,23 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     kind: EntryKind::Stepwise,
                     verified: Mutex::new(HashMap::new()),
                 };
-                (entry, O::unflatten(outputs))
+                (entry, Some(O::unflatten(outputs)))
             }
         };
-        let mut st = self.shared.state.lock();
-        if !st.entries.is_empty() {
-            self.shared.recompiles.fetch_add(1, Ordering::Relaxed);
+        let entry = Arc::new(entry);
+        {
+            let mut st = self.shared.state.lock();
+            if !st.entries.is_empty() {
+                self.shared.recompiles.fetch_add(1, Ordering::Relaxed);
+            }
+            logs::log_guards(&opts.name, st.entries.len(), &entry.guards);
+            st.entries.push(entry.clone());
         }
-        logs::log_guards(&opts.name, st.entries.len(), &entry.guards);
-        st.entries.push(Arc::new(entry));
-        Ok(out)
+        match (out, &entry.kind) {
+            (Some(out), _) => Ok(out),
+            (None, EntryKind::Whole { exe, params, .. }) => run_whole(exe.as_ref(), flat, params),
+            (None, EntryKind::Stepwise) => unreachable!("a stepwise trace has its outputs"),
+        }
     }
 
     /// Traces one call on `args` without compiling and returns the captured graphs: the
@@ -492,7 +506,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     .enumerate()
                     .flat_map(|(i, t)| (0..t.rank()).map(move |d| (i, d)))
                     .collect();
-                if let Some(g) = generalize(graph, flat.len(), &all) {
+                if let Some(g) = generalize(graph, flat.len(), &all, None) {
                     logs::log_graph(&g);
                     return Ok(vec![g]);
                 }

@@ -18,19 +18,29 @@ use std::sync::Arc;
 /// all of them if possible, else greedily one by one (a dim that must equal a weight's
 /// size, such as the inner dim of a matmul, stays constant: it is specialised). `None`
 /// when no dim can be made symbolic.
+///
+/// `previous` is a trace of the same function at other sizes, when there is one: a size in
+/// a shape attribute that is the same in both traces is a constant, never a symbol.
 pub(crate) fn generalize(
     graph: &Graph,
     n_args: usize,
     dynamic: &BTreeSet<(usize, usize)>,
+    previous: Option<&Graph>,
 ) -> Option<Graph> {
-    if let Some(g) = generalize_exactly(graph, n_args, dynamic) {
+    let previous = previous.filter(|p| {
+        p.len() == graph.len()
+            && p.nodes()
+                .zip(graph.nodes())
+                .all(|((_, a), (_, b))| a.op.name() == b.op.name() && a.args.len() == b.args.len())
+    });
+    if let Some(g) = generalize_exactly(graph, n_args, dynamic, previous) {
         return Some(g);
     }
     let mut kept = BTreeSet::new();
     let mut best = None;
     for &d in dynamic {
         kept.insert(d);
-        match generalize_exactly(graph, n_args, &kept) {
+        match generalize_exactly(graph, n_args, &kept, previous) {
             Some(g) => best = Some(g),
             None => {
                 kept.remove(&d);
@@ -45,6 +55,7 @@ fn generalize_exactly(
     graph: &Graph,
     n_args: usize,
     dynamic: &BTreeSet<(usize, usize)>,
+    previous: Option<&Graph>,
 ) -> Option<Graph> {
     let mut sym_of_size: HashMap<usize, Arc<str>> = HashMap::new();
     let mut input_types: Vec<TensorType> = Vec::new();
@@ -94,7 +105,10 @@ fn generalize_exactly(
                 })
                 .collect();
             // the first substitution of symbols into the shape attribute that type-checks
-            symbolizations(&node.op, &sym_of_size)
+            let before = previous
+                .and_then(|p| p.try_node(id))
+                .and_then(|n| n.op.shape_attr());
+            symbolizations(&node.op, &sym_of_size, before)
                 .into_iter()
                 .find_map(|op| out.add_op(op, &args, node.loc.clone()).ok())?
         };
@@ -111,15 +125,23 @@ fn generalize_exactly(
 /// equal (a head count of 2 when the batch is 2), so every subset of those positions is a
 /// candidate; the caller takes the first that type-checks, and retracing at other sizes
 /// catches a wrong guess.
-fn symbolizations(op: &Op, sym_of_size: &HashMap<usize, Arc<str>>) -> Vec<Op> {
+fn symbolizations(
+    op: &Op,
+    sym_of_size: &HashMap<usize, Arc<str>>,
+    before: Option<&Shape>,
+) -> Vec<Op> {
     let Some(shape) = op.shape_attr() else {
         return vec![op.clone()];
     };
+    let unchanged =
+        |i: usize, d: &Dim| before.is_some_and(|b| b.rank() == shape.rank() && b.dims()[i] == *d);
     let positions: Vec<usize> = shape
         .dims()
         .iter()
         .enumerate()
-        .filter(|(_, d)| d.as_const().is_some_and(|n| sym_of_size.contains_key(&n)))
+        .filter(|(i, d)| {
+            d.as_const().is_some_and(|n| sym_of_size.contains_key(&n)) && !unchanged(*i, d)
+        })
         .map(|(i, _)| i)
         .take(8)
         .collect();
@@ -195,9 +217,12 @@ pub(crate) fn same_as_instantiated(
             .nodes()
             .zip(concrete.nodes())
             .all(|((ia, a), (ib, b))| {
+                // compared through Debug so that NaN literals equal themselves
                 ia == ib
-                    && a.args == b.args
-                    && a.op.bind_symbols(&lookup).is_ok_and(|op| *op == b.op)
+                    && format!("{:?}", a.args) == format!("{:?}", b.args)
+                    && a.op
+                        .bind_symbols(&lookup)
+                        .is_ok_and(|op| format!("{:?}", *op) == format!("{:?}", b.op))
                     && bind_type(&a.ty, &lookup).is_some_and(|t| t == b.ty)
             })
 }

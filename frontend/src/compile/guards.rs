@@ -112,10 +112,23 @@ impl Guards {
             .iter()
             .zip(args)
             .chain(self.params.iter().zip(params));
+        // A changed size does not stop the check: the other tensors' changed dims are
+        // collected too, so that automatic dynamic shapes sees all of them at once.
+        let mut size_failure: Option<GuardFailure> = None;
         for (i, (g, t)) in all.enumerate() {
-            check_one(g, t, i, &mut bound)?;
+            match check_one(g, t, i, &mut bound) {
+                Ok(()) => {}
+                Err(f) if !f.changed_dims.is_empty() => match &mut size_failure {
+                    Some(first) => first.changed_dims.extend(f.changed_dims),
+                    None => size_failure = Some(f),
+                },
+                Err(f) => return Err(f),
+            }
         }
-        Ok(bound)
+        match size_failure {
+            Some(f) => Err(f),
+            None => Ok(bound),
+        }
     }
 }
 

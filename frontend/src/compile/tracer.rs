@@ -173,7 +173,11 @@ impl Tracer {
         let node = st
             .graph
             .add_op(op.clone(), &gargs, Some(loc_string(loc)))
-            .map_err(|e| graph_error(&self.name, e))?;
+            .map_err(|e| Error::Traced {
+                source: Box::new(graph_error(&self.name, e)),
+                loc: loc_string(loc),
+                function: self.name.clone(),
+            })?;
         st.ops += 1;
         let ty = &st.graph.node(node).ty;
         let dtype = ty.dtype;

@@ -1,0 +1,75 @@
+//! What a cache hit of `kiln::compile` costs per call, and how long tracing takes.
+//!
+//! `cargo run --release -p kiln --example compile_overhead`
+//!
+//! - hit overhead: a compiled identity function (a graph with no ops), so the time is the
+//!   guard check, the argument flattening and the plan dispatch, nothing else;
+//! - tiny and mlp: eager vs compiled (eager backend) medians in the same process; the
+//!   difference is what compiling adds or saves per call;
+//! - block: the time to trace the model (no compile, no run) and the first call.
+
+use kiln::models::build;
+use kiln::{compile, Tensor};
+use std::time::Instant;
+
+fn median_us(runs: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..runs.min(20) {
+        f();
+    }
+    let mut t: Vec<f64> = (0..runs)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn main() -> kiln::Result<()> {
+    let x = Tensor::randn(&[1024], kiln::DType::F32, 0)?;
+    let id = compile(|x: &Tensor| Ok(x.clone()));
+    id.call(&x)?;
+    let hit = median_us(20000, || {
+        id.call(&x).unwrap();
+    });
+    println!("cache hit overhead (identity, 0 ops): {hit:.2} µs per call");
+
+    for (name, runs) in [("tiny", 5000usize), ("mlp", 50)] {
+        let model = build(name, None)?;
+        let inputs = model.example_inputs(0)?;
+        let f = |xs: &[Tensor]| model.forward(xs);
+        let cf = compile(f);
+        let first = Instant::now();
+        cf.call(&inputs)?;
+        let compile_ms = first.elapsed().as_secs_f64() * 1e3;
+        let eager = median_us(runs, || {
+            f(&inputs).unwrap();
+        });
+        let compiled = median_us(runs, || {
+            cf.call(&inputs).unwrap();
+        });
+        println!(
+            "{name}: eager {eager:.1} µs, compiled {compiled:.1} µs (difference {:+.1} µs, \
+             compiled/eager {:.3}), first call {compile_ms:.2} ms",
+            compiled - eager,
+            compiled / eager
+        );
+    }
+
+    let model = build("block", None)?;
+    let inputs = model.example_inputs(0)?;
+    let cf = compile(|xs: &[Tensor]| model.forward(xs));
+    let trace = median_us(20, || {
+        cf.capture(&inputs).unwrap();
+    });
+    let graphs = cf.capture(&inputs)?;
+    let ops = graphs[0].len() - graphs[0].inputs().len();
+    println!(
+        "block: trace {:.3} ms for {ops} ops ({:.2} µs per op)",
+        trace / 1e3,
+        trace / ops as f64
+    );
+    Ok(())
+}
