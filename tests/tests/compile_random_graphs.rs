@@ -5,7 +5,6 @@
 //! not compile more than twice for the three sizes of its symbols.
 
 #[path = "../../ir/tests/common/graph_gen.rs"]
-#[allow(dead_code)]
 mod graph_gen;
 
 use graph_gen::{arb_graph_with, GenConfig};
