@@ -4,8 +4,9 @@
 //!
 //! - hit overhead: a compiled identity function (a graph with no ops), so the time is the
 //!   guard check, the argument flattening and the plan dispatch, nothing else;
-//! - tiny and mlp: eager vs compiled (eager backend) medians in the same process; the
-//!   difference is what compiling adds or saves per call;
+//! - tiny and mlp: the guard check alone (`entry_for`: flatten the arguments, check every
+//!   argument and parameter guard), and eager vs compiled (eager backend) medians in the same
+//!   process; the difference is what compiling adds or saves per call;
 //! - block: the time to trace the model (no compile, no run) and the first call.
 
 use kiln::models::build;
@@ -50,9 +51,12 @@ fn main() -> kiln::Result<()> {
         let compiled = median_us(runs, || {
             cf.call(&inputs).unwrap();
         });
+        let guards = median_us(20000, || {
+            assert_eq!(cf.entry_for(&inputs), Some(0));
+        });
         println!(
-            "{name}: eager {eager:.1} µs, compiled {compiled:.1} µs (difference {:+.1} µs, \
-             compiled/eager {:.3}), first call {compile_ms:.2} ms",
+            "{name}: guard check {guards:.2} µs; eager {eager:.1} µs, compiled {compiled:.1} µs \
+             (difference {:+.1} µs, compiled/eager {:.3}), first call {compile_ms:.2} ms",
             compiled - eager,
             compiled / eager
         );

@@ -243,3 +243,25 @@ fn log_spec_parsing() {
     );
     assert_eq!(parse_log_spec("all").len(), 4);
 }
+
+#[test]
+fn concurrent_calls_with_changing_batch_sizes_stay_correct() {
+    let w = randn(&[16, 16], 2);
+    let f = |x: &Tensor| x.matmul(&w)?.tanh()?.sum(&[1], false);
+    let cf = compile(f);
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let (cf, f) = (&cf, &f);
+            s.spawn(move || {
+                for i in 0..12usize {
+                    let x = randn(&[2 + (t + i) % 7, 16], (10 * t + i) as u64);
+                    assert_same(&cf.call(&x).unwrap(), &f(&x).unwrap());
+                }
+            });
+        }
+    });
+    let s = cf.stats();
+    // at most: one static entry per size seen before the symbolic one, then the symbol
+    assert!(s.compiles <= 4, "{s:?}");
+    assert!(cf.guards().iter().any(|g| !g.symbols().is_empty()), "{s:?}");
+}

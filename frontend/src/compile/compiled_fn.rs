@@ -246,8 +246,17 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                             Some(true) => {}
                             Some(false) => continue,
                             None => {
-                                // New sizes: check that the function traces to this graph.
+                                // New sizes: check that the function traces to this graph
+                                // (once: another thread may have checked them meanwhile).
                                 let _compiling = self.shared.compile_lock.lock();
+                                match entry.verified.lock().get(&key) {
+                                    Some(false) => continue,
+                                    Some(true) => {
+                                        self.shared.hits.fetch_add(1, Ordering::Relaxed);
+                                        return run_whole(exe.as_ref(), flat, params).map(Some);
+                                    }
+                                    None => {}
+                                }
                                 let end = self.trace(args, flat)?;
                                 let ok = matches!(&end, TraceEnd::Whole { graph: g, params: p }
                                     if same_as_instantiated(graph, bindings, g) && same_params(params, p));
@@ -531,6 +540,20 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
             graph_breaks: s.breaks.load(Ordering::Relaxed),
             eager_fallback: st.fallback.clone(),
         }
+    }
+
+    /// The index of the cache entry whose guards `args` pass (what a call would use), or
+    /// `None` (a call would trace and compile). Runs exactly the guard checks of a call.
+    pub fn entry_for(&self, args: &A) -> Option<usize> {
+        let flat = args.flatten();
+        let st = self.shared.state.lock();
+        st.entries.iter().position(|e| {
+            let params: &[Tensor] = match &e.kind {
+                EntryKind::Whole { params, .. } => params,
+                EntryKind::Stepwise => &[],
+            };
+            e.guards.check(&flat, params).is_ok()
+        })
     }
 
     /// The guards of each cache entry, in lookup order.
