@@ -5,8 +5,8 @@
 //! - hit overhead: a compiled identity function (a graph with no ops), so the time is the
 //!   guard check, the argument flattening and the plan dispatch, nothing else;
 //! - tiny and mlp: the guard check alone (`entry_for`: flatten the arguments, check every
-//!   argument and parameter guard), and eager vs compiled (eager backend) medians in the same
-//!   process; the difference is what compiling adds or saves per call;
+//!   argument and parameter guard), and eager vs compiled (eager backend) medians timed in
+//!   alternation in the same process; the difference is what compiling adds or saves per call;
 //! - block: the time to trace the model (no compile, no run) and the first call.
 
 use kiln::models::build;
@@ -28,6 +28,32 @@ fn median_us(runs: usize, mut f: impl FnMut()) -> f64 {
     t[t.len() / 2]
 }
 
+/// Medians of `a` and `b` timed in alternation, so that drift of the machine affects both.
+fn paired_medians_us(runs: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
+    for _ in 0..runs.min(20) {
+        a();
+        b();
+    }
+    let time = |f: &mut dyn FnMut()| {
+        let s = Instant::now();
+        f();
+        s.elapsed().as_secs_f64() * 1e6
+    };
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        if i % 2 == 0 {
+            ta.push(time(&mut a));
+            tb.push(time(&mut b));
+        } else {
+            tb.push(time(&mut b));
+            ta.push(time(&mut a));
+        }
+    }
+    ta.sort_by(f64::total_cmp);
+    tb.sort_by(f64::total_cmp);
+    (ta[runs / 2], tb[runs / 2])
+}
+
 fn main() -> kiln::Result<()> {
     let x = Tensor::randn(&[1024], kiln::DType::F32, 0)?;
     let id = compile(|x: &Tensor| Ok(x.clone()));
@@ -45,12 +71,15 @@ fn main() -> kiln::Result<()> {
         let first = Instant::now();
         cf.call(&inputs)?;
         let compile_ms = first.elapsed().as_secs_f64() * 1e3;
-        let eager = median_us(runs, || {
-            f(&inputs).unwrap();
-        });
-        let compiled = median_us(runs, || {
-            cf.call(&inputs).unwrap();
-        });
+        let (eager, compiled) = paired_medians_us(
+            runs,
+            || {
+                f(&inputs).unwrap();
+            },
+            || {
+                cf.call(&inputs).unwrap();
+            },
+        );
         let guards = median_us(20000, || {
             assert_eq!(cf.entry_for(&inputs), Some(0));
         });
