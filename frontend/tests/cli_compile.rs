@@ -85,3 +85,67 @@ fn kiln_logs_prints_graphs_guards_recompiles_and_breaks() {
     assert!(ok);
     assert!(!err.contains("kiln::graphs"), "{err}");
 }
+
+const SOFTMAX: &str = "graph @softmax(%x: f32[B,33]) -> f32[B,33] {
+  %0 = softmax %x {dim = -1}               : f32[B,33]
+  return %0
+}
+";
+
+fn tmp(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-cli-compile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn dump_stages_of_a_file_and_of_a_model() {
+    let f = tmp("softmax.kir", SOFTMAX);
+    let file = f.to_str().unwrap();
+    let (ok, out, err) = kiln(&["dump", file, "--stage", "decomposed"], None);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("= exp ") && !out.contains("softmax %x"),
+        "{out}"
+    );
+    let (ok, out, err) = kiln(&["dump", file, "--stage", "optimized"], None);
+    assert!(ok, "{err}");
+    assert!(out.contains("# k0 row"), "{out}");
+    kiln::ir::text::parse_module(&out).unwrap();
+    let (ok, out, err) = kiln(&["dump", file, "--stage", "scheduled"], None);
+    assert!(ok, "{err}");
+    assert!(out.contains("# kernel k0: row over f32[B,33]"), "{out}");
+    assert!(out.contains("# memory: 1 kernel(s)"), "{out}");
+    for stage in ["decomposed", "optimized", "scheduled"] {
+        let (ok, out, err) = kiln(
+            &[
+                "dump", "--model", "block", "--shape", "2x5x16", "--stage", stage,
+            ],
+            None,
+        );
+        assert!(ok, "{stage}: {err}");
+        assert!(!out.is_empty());
+    }
+}
+
+#[test]
+fn opt_runs_named_passes_and_logs_them() {
+    let f = tmp("softmax_opt.kir", SOFTMAX);
+    let file = f.to_str().unwrap();
+    let (ok, out, err) = kiln(&["opt", file, "--passes", "decompose,fuse"], Some("passes"));
+    assert!(ok, "{err}");
+    assert!(out.contains("# k0 row"), "{out}");
+    assert!(
+        err.contains("kiln::passes") && err.contains("decompose:") && err.contains("fuse:"),
+        "{err}"
+    );
+    assert!(err.contains("e-graph fuse: saturated"), "{err}");
+    let (ok, _, err) = kiln(&["opt", file, "--passes", "decompose,frobnicate"], None);
+    assert!(!ok);
+    assert!(
+        err.contains("unknown pass `frobnicate`") && err.contains("simplify"),
+        "{err}"
+    );
+}

@@ -241,7 +241,7 @@ fn log_spec_parsing() {
         parse_log_spec("graphs, breaks,unknown"),
         vec![LogCategory::Graphs, LogCategory::Breaks]
     );
-    assert_eq!(parse_log_spec("all").len(), 4);
+    assert_eq!(parse_log_spec("all").len(), 5);
 }
 
 #[test]

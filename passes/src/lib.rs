@@ -1,6 +1,20 @@
 //! kiln's graph passes: decompositions, e-graph simplification and fusion, kernel
 //! scheduling and memory planning.
 //!
-//! Empty for now: the passes issue fills it. Nothing here pretends to work yet.
+//! The pipeline ([`pipeline`]): `decompose` (composite ops to primitives), then `fuse`
+//! (an e-graph with exact identities, constant folding and fusion rules, extracted by a
+//! cost model of bytes and launches; its output tags each node with its kernel), then
+//! [`schedule::schedule`] (kernel groups with iteration spaces, inputs, outputs, and a
+//! memory plan). Every stage prints as text.
 
 #![warn(missing_docs)]
+
+pub mod decompose;
+pub mod egraph;
+mod error;
+pub mod greedy;
+pub mod memory;
+pub mod pipeline;
+pub mod schedule;
+
+pub use error::PassError;

@@ -5,10 +5,41 @@ use super::{read_module, CliError, Stage};
 use kiln::{compile_with, models, CompileOptions, Dynamic, Tensor};
 use std::path::Path;
 
-/// Prints every graph of the file in canonical form.
-pub fn dump(file: &Path) -> Result<(), CliError> {
+/// Prints every graph of the file at `stage`.
+pub fn dump(file: &Path, stage: Stage) -> Result<(), CliError> {
     let graphs = read_module(file)?;
-    print!("{}", kiln::ir::text::print_module(&graphs));
+    print_stage(&graphs, stage)
+}
+
+/// Prints graphs after the passes that lead to `stage`.
+fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
+    use kiln_passes::pipeline::{run_passes, stage_passes, PassOptions};
+    let passes = stage_passes(stage.name()).ok_or("unknown stage")?;
+    let opts = PassOptions::default();
+    let mut out = Vec::new();
+    for g in graphs {
+        out.push(run_passes(g, passes, &opts, true)?);
+    }
+    if stage == Stage::Scheduled {
+        for g in &out {
+            print!("{}", kiln_passes::schedule::schedule(g)?);
+        }
+    } else {
+        print!("{}", kiln::ir::text::print_module(&out));
+    }
+    Ok(())
+}
+
+/// `kiln opt FILE --passes a,b,c`: runs the passes in order on every graph of the file.
+pub fn opt(file: &Path, passes: &[String]) -> Result<(), CliError> {
+    use kiln_passes::pipeline::{run_passes, PassOptions};
+    let graphs = read_module(file)?;
+    let names: Vec<&str> = passes.iter().map(String::as_str).collect();
+    let mut out = Vec::new();
+    for g in &graphs {
+        out.push(run_passes(g, &names, &PassOptions::default(), true)?);
+    }
+    print!("{}", kiln::ir::text::print_module(&out));
     Ok(())
 }
 
@@ -27,9 +58,6 @@ pub fn dump_model(
         Dynamic::Auto
     });
     let compiled = compile_with(|xs: &[Tensor]| model.forward(xs), opts);
-    let graphs = match stage {
-        Stage::Traced => compiled.capture(&inputs)?,
-    };
-    print!("{}", kiln::ir::text::print_module(&graphs));
-    Ok(())
+    let graphs = compiled.capture(&inputs)?;
+    print_stage(&graphs, stage)
 }

@@ -71,6 +71,14 @@ enum Command {
     },
     /// Show kiln working: eager tensors, a graph in the text format, interpreter vs eager.
     Demo,
+    /// Run optimiser passes on a .kir file and print the result (like mlir-opt).
+    Opt {
+        /// the IR file
+        file: PathBuf,
+        /// comma-separated passes: decompose, simplify, fuse
+        #[arg(long, value_delimiter = ',', required = true)]
+        passes: Vec<String>,
+    },
 }
 
 /// A stage of the pipeline that `kiln dump` can print.
@@ -78,6 +86,24 @@ enum Command {
 pub enum Stage {
     /// the graph as captured (for a .kir file: as parsed and type-checked)
     Traced,
+    /// composite ops decomposed into primitives
+    Decomposed,
+    /// after the e-graph: simplified and fused, each node tagged with its kernel
+    Optimized,
+    /// kernel groups with iteration spaces, reads, writes and the memory plan
+    Scheduled,
+}
+
+impl Stage {
+    /// The stage's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Traced => "traced",
+            Stage::Decomposed => "decomposed",
+            Stage::Optimized => "optimized",
+            Stage::Scheduled => "scheduled",
+        }
+    }
 }
 
 /// A shape given on the command line (`8x1024`).
@@ -118,7 +144,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             shape,
             dynamic,
         } => match (file, model) {
-            (Some(file), _) => dump::dump(&file),
+            (Some(file), _) => dump::dump(&file, stage),
             (None, Some(model)) => {
                 dump::dump_model(&model, stage, shape.as_ref().map(|s| &s.0[..]), dynamic)
             }
@@ -142,6 +168,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             dims,
         }),
         Command::Demo => demo::demo(),
+        Command::Opt { file, passes } => dump::opt(&file, &passes),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `KILN_LOGS`: what the compiler prints as it works, like `TORCH_LOGS`.
 //!
-//! `KILN_LOGS=graphs,guards,recompiles,breaks` (or `all`) turns categories on; each event
+//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes` (or `all`) turns categories on; each event
 //! is a `tracing` event with target `kiln::<category>`. When the variable is set and the
 //! program has no `tracing` subscriber, kiln installs one that writes to stderr.
 
@@ -20,14 +20,17 @@ pub enum LogCategory {
     Recompiles,
     /// each graph break, with its reason and source line
     Breaks,
+    /// each optimiser pass, with its time and node counts
+    Passes,
 }
 
 impl LogCategory {
-    const ALL: [LogCategory; 4] = [
+    const ALL: [LogCategory; 5] = [
         LogCategory::Graphs,
         LogCategory::Guards,
         LogCategory::Recompiles,
         LogCategory::Breaks,
+        LogCategory::Passes,
     ];
 
     /// The name used in `KILN_LOGS`.
@@ -37,6 +40,7 @@ impl LogCategory {
             LogCategory::Guards => "guards",
             LogCategory::Recompiles => "recompiles",
             LogCategory::Breaks => "breaks",
+            LogCategory::Passes => "passes",
         }
     }
 }

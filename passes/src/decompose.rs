@@ -1,0 +1,673 @@
+//! Decomposition: composite ops become primitive ops, so that the optimiser (the e-graph,
+//! fusion, scheduling) sees their parts and codegen only needs primitives.
+//!
+//! [`decompose`] rebuilds a graph node by node, replacing every composite node (those for
+//! which [`Op::is_composite`] holds) by the primitive nodes its [`Decomposition`] emits;
+//! every other node, the inputs (with their names), the outputs and the graph's name are
+//! kept, in their order. Emitted nodes carry the composite node's source location.
+//!
+//! # The table
+//!
+//! [`decomposition`] maps an op to its decomposition ([`DECOMPOSED`] lists the names).
+//! `x` is the first operand, `dims` the reduced dims, `n` the number of reduced elements
+//! (the product of the reduced sizes), literals are float scalars:
+//!
+//! | op | primitives |
+//! | --- | --- |
+//! | `softmax {dim}` | `m = max(x, [dim], keepdim)`, `e = exp(x - m)`, `e / sum(e, [dim], keepdim)` |
+//! | `log_softmax {dim}` | `z = x - max(x, [dim], keepdim)`, `z - log(sum(exp(z), [dim], keepdim))` |
+//! | `layer_norm {ndim, eps}` x, w?, b? | over the last `ndim` dims: `c = x - mean(x)`, `c * rsqrt(mean(c * c) + eps)`, then `* w`, `+ b` |
+//! | `rms_norm {ndim, eps}` x, w? | over the last `ndim` dims: `x * rsqrt(mean(x * x) + eps)`, then `* w` |
+//! | `gelu` | `x * 0.5 * (erf(x * 0.7071067811865476) + 1)` |
+//! | `gelu {approximate = "tanh"}` | `x * 0.5 * (tanh((x + x*x*x * 0.044715) * 0.7978845608028654) + 1)` |
+//! | `silu` | `x * sigmoid(x)` |
+//! | `linear` x, w, b? | `matmul(x, transpose(w, -2, -1))`, then `+ b` |
+//! | `var {dims, correction, keepdim}` | `c = x - mean(x, dims, keepdim = true)`, `sum(c * c, dims, keepdim) / max(n - correction, 0)` |
+//! | `mean {dims, keepdim}` | `sum(x, dims, keepdim) / n` |
+//!
+//! Divisions by `n` are `div` by a literal (exact for rows of equal values, as PyTorch's
+//! own decomposition of `mean`). The inner means of `var`, `layer_norm` and `rms_norm`
+//! are themselves decomposed (`sum / n`) and keep the reduced dims (`keepdim = true`) so
+//! that they broadcast against `x`. Everything follows PyTorch's semantics, as the
+//! reference interpreter does: biased variance in `layer_norm`, `var` dividing by
+//! `max(n - correction, 0)` (so `0/0` is NaN and `x/0` is inf), NaN propagating through
+//! `max`.
+//!
+//! # Compute dtype
+//!
+//! Like PyTorch's decompositions ("opmath"), the parts are computed in a wider dtype
+//! where the op's dtype is narrow: `f16` and `bf16` operands are cast to `f32` first and
+//! the result is cast back, so rounding every intermediate does not cost accuracy (each
+//! composite is rounded once in the interpreter). `gelu` and `silu` of an integer or bool
+//! tensor compute in the default float dtype (`f32`), which is their result dtype. `f32`
+//! and `f64` compute in themselves. `linear` is never widened: `matmul` accumulates
+//! precisely already, and widening would copy the operands.
+//!
+//! # Symbolic dims
+//!
+//! When a reduced dim is symbolic (`Dim::Sym`, such as `B`), `n` is not a constant, so no
+//! literal can divide by it:
+//!
+//! * `mean` stays a primitive `mean` node (its decomposition re-emits it unchanged); it is
+//!   the only composite op that can remain after [`decompose`];
+//! * `var`, `layer_norm` and `rms_norm` use a primitive `mean` where the table has
+//!   `sum / n` (for `var` with `correction = 0`: `mean(c * c, dims, keepdim)`);
+//! * `var` with a non-zero `correction` counts `n` at run time: a `full` tensor over the
+//!   symbolic reduced dims holding the product of the constant ones, summed to a 0-d
+//!   tensor, then `sum(c * c) / maximum(n - correction, 0)`.
+//!
+//! Reductions over symbolic dims that are not reduced (`f32[B,7]` normalised over the 7)
+//! decompose with constants as usual.
+//!
+//! # Types never change
+//!
+//! A decomposition's result must have exactly the composite's type. [`decompose`] builds
+//! each decomposition in a scratch graph first and keeps the original node when the
+//! decomposition fails or gives another type (it logs why with `tracing`); no such case
+//! is known (a softmax over a dim of size 0, where `max` has no identity, decomposes to
+//! the empty result, a `full` of the composite's type).
+
+use crate::PassError;
+use kiln_ir::{
+    verify, Arg, BinaryOp, DType, Dim, Graph, Node, NodeId, Op, ReduceOp, Scalar, Shape,
+    TensorType, UnaryOp,
+};
+use std::collections::HashMap;
+
+/// The pass name used in errors.
+const PASS: &str = "decompose";
+
+/// One decomposition: emits primitive nodes into `out` for a composite node whose operands
+/// are already mapped to `args` (values of `out`, or scalar literals), and returns the
+/// node whose value equals the composite's result (of exactly the composite's type).
+/// `loc` is the original node's source location, copied onto every emitted node.
+///
+/// On an error, nodes emitted before it stay in `out` (unused); [`decompose`] runs
+/// decompositions in a scratch graph first, so its result never holds such nodes.
+pub type Decomposition = fn(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError>;
+
+/// Names of the ops that have a decomposition (both forms of `gelu` are `gelu`).
+pub const DECOMPOSED: &[&str] = &[
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "rms_norm",
+    "gelu",
+    "silu",
+    "linear",
+    "var",
+    "mean",
+];
+
+/// The decomposition of `op`, if it is a composite op (see the table in the module docs).
+pub fn decomposition(op: &Op) -> Option<Decomposition> {
+    Some(match op {
+        Op::Softmax { .. } => softmax,
+        Op::LogSoftmax { .. } => log_softmax,
+        Op::LayerNorm { .. } => layer_norm,
+        Op::RmsNorm { .. } => rms_norm,
+        Op::Unary(UnaryOp::Gelu) => gelu,
+        Op::Unary(UnaryOp::GeluTanh) => gelu_tanh,
+        Op::Unary(UnaryOp::Silu) => silu,
+        Op::Linear => linear,
+        Op::Var { .. } => var,
+        Op::Reduce {
+            op: ReduceOp::Mean, ..
+        } => mean,
+        _ => return None,
+    })
+}
+
+/// Rebuilds `g` with every composite node replaced by its decomposition: inputs (names and
+/// order), the other nodes (in order, with their locations), the outputs and the graph's
+/// name are kept. The result verifies; it fails only when `g` itself does not verify.
+pub fn decompose(g: &Graph) -> Result<Graph, PassError> {
+    let graph_err = |source| PassError::Graph { pass: PASS, source };
+    verify(g).map_err(|e| unsupported(format!("the input graph does not verify: {e}")))?;
+    let mut out = Graph::new(g.name());
+    let mut map: HashMap<NodeId, NodeId> = HashMap::with_capacity(g.len());
+    for (id, node) in g.nodes() {
+        if node.op == Op::Input {
+            let name = g.input_name(id).ok_or_else(|| PassError::Unsupported {
+                pass: PASS,
+                reason: format!("input node {id} is not listed in the signature"),
+            })?;
+            map.insert(id, out.add_input(name, node.ty.clone()).map_err(graph_err)?);
+            continue;
+        }
+        let args = node
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::Value(v) => map
+                    .get(v)
+                    .map(|m| Arg::Value(*m))
+                    .ok_or_else(|| graph_err(kiln_ir::GraphError::UnknownNode(*v))),
+                s => Ok(*s),
+            })
+            .collect::<Result<Vec<Arg>, PassError>>()?;
+        let decomposed = match decomposition(&node.op) {
+            Some(d) => match emit_checked(d, &mut out, node, &args) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::debug!(node = %id, op = %node.op, "kept undecomposed: {e}");
+                    None
+                }
+            },
+            None => None,
+        };
+        let new = match decomposed {
+            Some(r) => r,
+            None => out
+                .add_op(node.op.clone(), &args, node.loc.clone())
+                .map_err(graph_err)?,
+        };
+        map.insert(id, new);
+    }
+    let outputs = g.outputs().iter().map(|o| map[o]).collect();
+    out.set_outputs(outputs).map_err(graph_err)?;
+    verify(&out).map_err(|e| PassError::Verify {
+        pass: PASS,
+        reason: e.to_string(),
+    })?;
+    Ok(out)
+}
+
+/// Runs `d` in a scratch graph whose inputs have the operands' types, checks the result
+/// type, and only then replays the emitted nodes into `out`.
+fn emit_checked(
+    d: Decomposition,
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+) -> Result<NodeId, PassError> {
+    let graph_err = |source| PassError::Graph { pass: PASS, source };
+    let mut scratch = Graph::new("scratch");
+    let mut back: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut scratch_args = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        scratch_args.push(match a {
+            Arg::Value(v) => {
+                let ty = out.node(*v).ty.clone();
+                let s = scratch.add_input(format!("a{i}"), ty).map_err(graph_err)?;
+                back.insert(s, *v);
+                Arg::Value(s)
+            }
+            s => *s,
+        });
+    }
+    let result = d(&mut scratch, node, &scratch_args, &node.loc)?;
+    if scratch.node(result).ty != node.ty {
+        return Err(unsupported(format!(
+            "the decomposition of {} gives {}, not {}",
+            node.op,
+            scratch.node(result).ty,
+            node.ty
+        )));
+    }
+    for (id, n) in scratch.nodes() {
+        if n.op == Op::Input {
+            continue;
+        }
+        let mapped: Vec<Arg> = n
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::Value(v) => Arg::Value(back[v]),
+                s => *s,
+            })
+            .collect();
+        let new = out
+            .add_op(n.op.clone(), &mapped, n.loc.clone())
+            .map_err(graph_err)?;
+        back.insert(id, new);
+    }
+    Ok(back[&result])
+}
+
+fn unsupported(reason: String) -> PassError {
+    PassError::Unsupported { pass: PASS, reason }
+}
+
+fn lit(v: f64) -> Arg {
+    Arg::Scalar(Scalar::Float(v))
+}
+
+/// The dtype a composite of dtype `d` computes in (see "Compute dtype" in the module docs).
+fn compute_dtype(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 => DType::F32,
+        d if d.is_float() => d,
+        _ => DType::DEFAULT_FLOAT,
+    }
+}
+
+/// The reduced dims of a `dims` attribute on a tensor of rank `rank`, as the interpreter
+/// reads it: empty means all; on a 0-d tensor nothing is reduced.
+fn reduced_dims(dims: &[i64], rank: usize) -> Vec<usize> {
+    if dims.is_empty() {
+        return (0..rank).collect();
+    }
+    let mut out: Vec<usize> = dims
+        .iter()
+        .filter_map(|&d| kiln_ir::shape::normalize_dim(d, rank.max(1)))
+        .filter(|&d| d < rank)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The number of elements reduced over `dims`: `Ok(n)` when every reduced dim is
+/// constant, otherwise `Err((product of the constant ones, the symbolic dims))`.
+fn count(shape: &Shape, dims: &[i64]) -> Result<usize, (usize, Shape)> {
+    let mut n = 1usize;
+    let mut syms = Shape::scalar();
+    for d in reduced_dims(dims, shape.rank()) {
+        match &shape.dims()[d] {
+            Dim::Const(k) => n = n.saturating_mul(*k),
+            s @ Dim::Sym(_) => syms.0.push(s.clone()),
+        }
+    }
+    if syms.rank() == 0 {
+        Ok(n)
+    } else {
+        Err((n, syms))
+    }
+}
+
+/// Emits nodes into a graph with one source location.
+struct Emit<'a> {
+    g: &'a mut Graph,
+    loc: &'a Option<String>,
+}
+
+impl Emit<'_> {
+    fn op(&mut self, op: Op, args: &[Arg]) -> Result<Arg, PassError> {
+        self.g
+            .add_op(op, args, self.loc.clone())
+            .map(Arg::Value)
+            .map_err(|source| PassError::Graph { pass: PASS, source })
+    }
+
+    fn ty(&self, a: Arg) -> Result<&TensorType, PassError> {
+        match a {
+            Arg::Value(v) => Ok(&self.g.node(v).ty),
+            Arg::Scalar(s) => Err(unsupported(format!(
+                "expected a tensor operand, got the scalar {s}"
+            ))),
+        }
+    }
+
+    fn unary(&mut self, u: UnaryOp, x: Arg) -> Result<Arg, PassError> {
+        self.op(Op::Unary(u), &[x])
+    }
+
+    fn binary(&mut self, b: BinaryOp, x: Arg, y: Arg) -> Result<Arg, PassError> {
+        self.op(Op::Binary(b), &[x, y])
+    }
+
+    fn add(&mut self, x: Arg, y: Arg) -> Result<Arg, PassError> {
+        self.binary(BinaryOp::Add, x, y)
+    }
+
+    fn sub(&mut self, x: Arg, y: Arg) -> Result<Arg, PassError> {
+        self.binary(BinaryOp::Sub, x, y)
+    }
+
+    fn mul(&mut self, x: Arg, y: Arg) -> Result<Arg, PassError> {
+        self.binary(BinaryOp::Mul, x, y)
+    }
+
+    fn div(&mut self, x: Arg, y: Arg) -> Result<Arg, PassError> {
+        self.binary(BinaryOp::Div, x, y)
+    }
+
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        x: Arg,
+        dims: &[i64],
+        keepdim: bool,
+    ) -> Result<Arg, PassError> {
+        self.op(
+            Op::Reduce {
+                op,
+                dims: dims.to_vec(),
+                keepdim,
+            },
+            &[x],
+        )
+    }
+
+    /// `x` cast to `dtype` (no node when it already has it).
+    fn cast(&mut self, x: Arg, dtype: DType) -> Result<Arg, PassError> {
+        if self.ty(x)?.dtype == dtype {
+            Ok(x)
+        } else {
+            self.op(Op::Cast { dtype }, &[x])
+        }
+    }
+
+    /// `x` in the compute dtype of `dtype`.
+    fn widen(&mut self, x: Arg, dtype: DType) -> Result<Arg, PassError> {
+        self.cast(x, compute_dtype(dtype))
+    }
+
+    /// The mean of `x` over `dims`: `sum / n` with constant reduced dims, else a `mean`.
+    fn mean(&mut self, x: Arg, dims: &[i64], keepdim: bool) -> Result<Arg, PassError> {
+        match count(&self.ty(x)?.shape, dims) {
+            Ok(n) => {
+                let s = self.reduce(ReduceOp::Sum, x, dims, keepdim)?;
+                self.div(s, lit(n as f64))
+            }
+            Err(_) => self.reduce(ReduceOp::Mean, x, dims, keepdim),
+        }
+    }
+
+    /// The result: `y` cast to the composite's dtype, which must give its type.
+    fn finish(&mut self, y: Arg, node: &Node) -> Result<NodeId, PassError> {
+        let y = self.cast(y, node.ty.dtype)?;
+        let ty = self.ty(y)?;
+        if *ty != node.ty {
+            return Err(unsupported(format!(
+                "the decomposition of {} gives {ty}, not {}",
+                node.op, node.ty
+            )));
+        }
+        match y {
+            Arg::Value(v) => Ok(v),
+            Arg::Scalar(_) => unreachable!("`ty` checked that it is a tensor"),
+        }
+    }
+}
+
+/// The first operand (every composite has one, a tensor).
+fn first(node: &Node, args: &[Arg]) -> Result<Arg, PassError> {
+    args.first()
+        .copied()
+        .ok_or_else(|| unsupported(format!("{} has no operands", node.op)))
+}
+
+fn softmax(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    normalise(out, node, args, loc, false)
+}
+
+fn log_softmax(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    normalise(out, node, args, loc, true)
+}
+
+/// softmax (`log = false`) and log_softmax along the op's dim.
+fn normalise(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+    log: bool,
+) -> Result<NodeId, PassError> {
+    let (Op::Softmax { dim } | Op::LogSoftmax { dim }) = node.op else {
+        return Err(unsupported(format!("{} is not a softmax", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let t = e.ty(x)?.clone();
+    let empty = t.shape.rank() > 0
+        && kiln_ir::shape::normalize_dim(dim, t.shape.rank())
+            .is_some_and(|d| t.shape.dims()[d] == Dim::Const(0));
+    if empty {
+        // `max` over no elements has no identity; the result has no elements either.
+        let z = e.op(
+            Op::Full {
+                shape: node.ty.shape.clone(),
+                value: Scalar::Float(0.0),
+                dtype: node.ty.dtype,
+            },
+            &[],
+        )?;
+        return e.finish(z, node);
+    }
+    let x = e.widen(x, t.dtype)?;
+    let m = e.reduce(ReduceOp::Max, x, &[dim], true)?;
+    let z = e.sub(x, m)?;
+    let ez = e.unary(UnaryOp::Exp, z)?;
+    let s = e.reduce(ReduceOp::Sum, ez, &[dim], true)?;
+    let y = if log {
+        let l = e.unary(UnaryOp::Log, s)?;
+        e.sub(z, l)?
+    } else {
+        e.div(ez, s)?
+    };
+    e.finish(y, node)
+}
+
+/// The trailing `ndim` dims, written negatively (`[-2, -1]`).
+fn trailing(ndim: usize) -> Vec<i64> {
+    (-(ndim as i64)..0).collect()
+}
+
+fn layer_norm(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::LayerNorm { ndim, eps } = node.op else {
+        return Err(unsupported(format!("{} is not a layer_norm", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let dims = trailing(ndim);
+    let x = e.widen(x, dtype)?;
+    let m = e.mean(x, &dims, true)?;
+    let c = e.sub(x, m)?;
+    let sq = e.mul(c, c)?;
+    let v = e.mean(sq, &dims, true)?;
+    let ve = e.add(v, lit(eps))?;
+    let r = e.unary(UnaryOp::Rsqrt, ve)?;
+    let mut y = e.mul(c, r)?;
+    if let Some(&w) = args.get(1) {
+        let w = e.widen(w, dtype)?;
+        y = e.mul(y, w)?;
+    }
+    if let Some(&b) = args.get(2) {
+        let b = e.widen(b, dtype)?;
+        y = e.add(y, b)?;
+    }
+    e.finish(y, node)
+}
+
+fn rms_norm(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::RmsNorm { ndim, eps } = node.op else {
+        return Err(unsupported(format!("{} is not an rms_norm", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let dims = trailing(ndim);
+    let x = e.widen(x, dtype)?;
+    let sq = e.mul(x, x)?;
+    let ms = e.mean(sq, &dims, true)?;
+    let me = e.add(ms, lit(eps))?;
+    let r = e.unary(UnaryOp::Rsqrt, me)?;
+    let mut y = e.mul(x, r)?;
+    if let Some(&w) = args.get(1) {
+        let w = e.widen(w, dtype)?;
+        y = e.mul(y, w)?;
+    }
+    e.finish(y, node)
+}
+
+fn gelu(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let x = e.widen(x, dtype)?;
+    let a = e.mul(x, lit(std::f64::consts::FRAC_1_SQRT_2))?;
+    let erf = e.unary(UnaryOp::Erf, a)?;
+    let p = e.add(erf, lit(1.0))?;
+    let h = e.mul(x, lit(0.5))?;
+    let y = e.mul(h, p)?;
+    e.finish(y, node)
+}
+
+/// `sqrt(2/pi)`, the scale inside gelu's tanh approximation.
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+
+fn gelu_tanh(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let x = e.widen(x, dtype)?;
+    let x2 = e.mul(x, x)?;
+    let x3 = e.mul(x2, x)?;
+    let c = e.mul(x3, lit(0.044715))?;
+    let inner = e.add(x, c)?;
+    let a = e.mul(inner, lit(SQRT_2_OVER_PI))?;
+    let t = e.unary(UnaryOp::Tanh, a)?;
+    let p = e.add(t, lit(1.0))?;
+    let h = e.mul(x, lit(0.5))?;
+    let y = e.mul(h, p)?;
+    e.finish(y, node)
+}
+
+fn silu(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let x = e.widen(x, dtype)?;
+    let s = e.unary(UnaryOp::Sigmoid, x)?;
+    let y = e.mul(x, s)?;
+    e.finish(y, node)
+}
+
+fn linear(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let (x, w) = match args {
+        [x, w, ..] => (*x, *w),
+        _ => return Err(unsupported("linear needs x and w".into())),
+    };
+    let wt = e.op(Op::Transpose { dim0: -2, dim1: -1 }, &[w])?;
+    let mut y = e.op(Op::Matmul, &[x, wt])?;
+    if let Some(&b) = args.get(2) {
+        y = e.add(y, b)?;
+    }
+    e.finish(y, node)
+}
+
+fn var(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::Var {
+        ref dims,
+        correction,
+        keepdim,
+    } = node.op
+    else {
+        return Err(unsupported(format!("{} is not a var", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let t = e.ty(x)?.clone();
+    let x = e.widen(x, t.dtype)?;
+    let m = e.mean(x, dims, true)?;
+    let c = e.sub(x, m)?;
+    let sq = e.mul(c, c)?;
+    let y = match count(&t.shape, dims) {
+        Ok(n) => {
+            let s = e.reduce(ReduceOp::Sum, sq, dims, keepdim)?;
+            let den = (n as f64 - correction as f64).max(0.0);
+            e.div(s, lit(den))?
+        }
+        Err(_) if correction == 0 => e.reduce(ReduceOp::Mean, sq, dims, keepdim)?,
+        Err((consts, syms)) => {
+            // n is only known at run time: count it over the symbolic dims.
+            let s = e.reduce(ReduceOp::Sum, sq, dims, keepdim)?;
+            let dtype = compute_dtype(t.dtype);
+            let ones = e.op(
+                Op::Full {
+                    shape: syms,
+                    value: Scalar::Float(consts as f64),
+                    dtype,
+                },
+                &[],
+            )?;
+            let n = e.reduce(ReduceOp::Sum, ones, &[], false)?;
+            let d = e.sub(n, lit(correction as f64))?;
+            let d = e.binary(BinaryOp::Maximum, d, lit(0.0))?;
+            e.div(s, d)?
+        }
+    };
+    e.finish(y, node)
+}
+
+fn mean(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::Reduce {
+        op: ReduceOp::Mean,
+        ref dims,
+        keepdim,
+    } = node.op
+    else {
+        return Err(unsupported(format!("{} is not a mean", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let t = e.ty(x)?.clone();
+    let y = match count(&t.shape, dims) {
+        Ok(_) => {
+            let x = e.widen(x, t.dtype)?;
+            e.mean(x, dims, keepdim)?
+        }
+        // A symbolic reduced dim: `mean` stays a primitive.
+        Err(_) => e.op(node.op.clone(), &[x])?,
+    };
+    e.finish(y, node)
+}

@@ -1,0 +1,244 @@
+//! The e-class analysis: every class knows its type (dtype and shape, symbolic dims
+//! included), the bytes a kernel reading it must load, and its value when it is a constant
+//! (a scalar literal, or a tensor filled with one value).
+//!
+//! Constant folding lives here: a class whose value is known to be one constant gets a
+//! `full` node, so a chain of ops on constants collapses to one `full`.
+
+use super::lang::{Interner, Lit, TNode};
+use egg::{Analysis, DidMerge, EGraph, Id};
+use kiln_ir::{ArgType, DType, Dim, Op, ReduceOp, Scalar, TensorType};
+
+/// What the analysis knows about an e-class.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClassData {
+    /// a scalar literal operand
+    Scalar(Scalar),
+    /// a tensor value
+    Tensor {
+        /// its type
+        ty: TensorType,
+        /// bytes a kernel reading it loads from memory (less than its size for a broadcast
+        /// view of a smaller tensor)
+        read_bytes: f64,
+        /// the one value every element has, when known
+        konst: Option<Scalar>,
+    },
+}
+
+impl ClassData {
+    /// The tensor type, if this is a tensor.
+    pub fn ty(&self) -> Option<&TensorType> {
+        match self {
+            ClassData::Tensor { ty, .. } => Some(ty),
+            ClassData::Scalar(_) => None,
+        }
+    }
+
+    /// As an operand type for `ir::infer`.
+    pub fn arg_type(&self) -> ArgType {
+        match self {
+            ClassData::Scalar(s) => ArgType::Scalar(*s),
+            ClassData::Tensor { ty, .. } => ArgType::Tensor(ty.clone()),
+        }
+    }
+}
+
+/// Sizes assumed for symbolic dims when counting bytes for the cost model.
+pub const SYMBOL_HINT: f64 = 64.0;
+
+/// Bytes of a tensor of type `ty` (symbolic dims at [`SYMBOL_HINT`]).
+pub fn bytes_of(ty: &TensorType) -> f64 {
+    let n: f64 = ty
+        .shape
+        .dims()
+        .iter()
+        .map(|d| match d {
+            Dim::Const(c) => *c as f64,
+            Dim::Sym(_) => SYMBOL_HINT,
+        })
+        .product();
+    n * ty.dtype.size_bytes() as f64
+}
+
+/// The analysis state: the interned ops and groups, and the graph inputs' types.
+#[derive(Default)]
+pub struct TensorAnalysis {
+    /// interned ops and group bodies
+    pub interner: Interner,
+    /// the type of each graph input
+    pub input_types: Vec<TensorType>,
+    /// the source location of the classes loaded from the graph
+    pub locs: Vec<(Id, String)>,
+}
+
+/// The data of `id`'s class.
+pub fn data(egraph: &EGraph<TNode, TensorAnalysis>, id: Id) -> &ClassData {
+    &egraph[id].data
+}
+
+fn fold(op: &Op, args: &[&ClassData], out: &TensorType) -> Option<Scalar> {
+    let konst = |d: &ClassData| match d {
+        ClassData::Scalar(s) => Some(*s),
+        ClassData::Tensor { konst, .. } => *konst,
+    };
+    let round = |v: f64| -> Scalar {
+        let v = out.dtype.round_f64(v);
+        match out.dtype {
+            DType::Bool => Scalar::Bool(v != 0.0),
+            DType::I32 | DType::I64 => Scalar::Int(v as i64),
+            _ => Scalar::Float(v),
+        }
+    };
+    match op {
+        Op::Full { value, .. } => Some(round(value.to_f64())),
+        Op::Unary(u) => Some(round(u.eval_f64(konst(args[0])?.to_f64()))),
+        Op::Binary(b) => {
+            let (x, y) = (konst(args[0])?, konst(args[1])?);
+            Some(round(b.eval_f64(x.to_f64(), y.to_f64())))
+        }
+        Op::Cast { .. } => Some(round(konst(args[0])?.to_f64())),
+        Op::Reshape { .. }
+        | Op::Expand { .. }
+        | Op::Transpose { .. }
+        | Op::Permute { .. }
+        | Op::Slice { .. }
+        | Op::Contiguous => konst(args[0]),
+        Op::Reduce {
+            op: ReduceOp::Max | ReduceOp::Min | ReduceOp::Mean,
+            ..
+        } => {
+            let c = konst(args[0])?;
+            (out.dtype.is_float()
+                || !matches!(
+                    op,
+                    Op::Reduce {
+                        op: ReduceOp::Mean,
+                        ..
+                    }
+                ))
+            .then(|| round(c.to_f64()))
+        }
+        _ => None,
+    }
+}
+
+impl Analysis<TNode> for TensorAnalysis {
+    type Data = ClassData;
+
+    fn make(egraph: &mut EGraph<TNode, Self>, enode: &TNode, _id: Id) -> ClassData {
+        match enode {
+            TNode::Input(n) => {
+                let ty = egraph.analysis.input_types[*n as usize].clone();
+                ClassData::Tensor {
+                    read_bytes: bytes_of(&ty),
+                    ty,
+                    konst: None,
+                }
+            }
+            TNode::Lit(l) => ClassData::Scalar(l.scalar()),
+            TNode::Op(o, args) => {
+                let op = egraph.analysis.interner.ops[o.0 as usize].clone();
+                let datas: Vec<&ClassData> = args.iter().map(|a| &egraph[*a].data).collect();
+                let types: Vec<ArgType> = datas.iter().map(|d| d.arg_type()).collect();
+                let ty = kiln_ir::infer(&op, &types)
+                    .unwrap_or_else(|e| panic!("an ill-typed node entered the e-graph: {e}"));
+                let konst = if matches!(op, Op::Rand { .. } | Op::Randn { .. }) {
+                    None
+                } else {
+                    fold(&op, &datas, &ty)
+                };
+                let read_bytes = match (&op, datas.first()) {
+                    (Op::Expand { .. }, Some(ClassData::Tensor { read_bytes, .. })) => {
+                        read_bytes.min(bytes_of(&ty))
+                    }
+                    _ => bytes_of(&ty),
+                };
+                ClassData::Tensor {
+                    ty,
+                    read_bytes,
+                    konst,
+                }
+            }
+            TNode::Group(g, _) => {
+                let ty = egraph.analysis.interner.groups[g.0 as usize].ty.clone();
+                ClassData::Tensor {
+                    read_bytes: bytes_of(&ty),
+                    ty,
+                    konst: None,
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        match (a, b) {
+            (
+                ClassData::Tensor {
+                    read_bytes: ra,
+                    konst: ka,
+                    ..
+                },
+                ClassData::Tensor {
+                    read_bytes: rb,
+                    konst: kb,
+                    ..
+                },
+            ) => {
+                let mut changed_a = false;
+                let mut changed_b = false;
+                if rb < *ra {
+                    *ra = rb;
+                    changed_a = true;
+                } else if *ra < rb {
+                    changed_b = true;
+                }
+                match (&ka, kb) {
+                    (None, Some(k)) => {
+                        *ka = Some(k);
+                        changed_a = true;
+                    }
+                    (Some(_), None) => changed_b = true,
+                    _ => {}
+                }
+                DidMerge(changed_a, changed_b)
+            }
+            _ => DidMerge(false, false),
+        }
+    }
+
+    fn modify(egraph: &mut EGraph<TNode, Self>, id: Id) {
+        let ClassData::Tensor {
+            ty,
+            konst: Some(value),
+            ..
+        } = egraph[id].data.clone()
+        else {
+            return;
+        };
+        let full = Op::Full {
+            shape: ty.shape.clone(),
+            value,
+            dtype: ty.dtype,
+        };
+        let o = egraph.analysis.interner.op(&full);
+        let node = TNode::Op(o, Default::default());
+        if !egraph[id].nodes.contains(&node) {
+            let f = egraph.add(node);
+            egraph.union(id, f);
+        }
+    }
+}
+
+/// Adds `op` applied to `args` if it type-checks; `None` (and nothing added) otherwise.
+pub fn add_op(egraph: &mut EGraph<TNode, TensorAnalysis>, op: &Op, args: &[Id]) -> Option<Id> {
+    let types: Vec<ArgType> = args.iter().map(|a| egraph[*a].data.arg_type()).collect();
+    kiln_ir::infer(op, &types).ok()?;
+    let o = egraph.analysis.interner.op(op);
+    Some(egraph.add(TNode::Op(o, args.iter().copied().collect())))
+}
+
+/// Adds a scalar literal.
+pub fn add_lit(egraph: &mut EGraph<TNode, TensorAnalysis>, s: Scalar) -> Id {
+    egraph.add(TNode::Lit(Lit::of(s)))
+}

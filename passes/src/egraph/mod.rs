@@ -1,0 +1,442 @@
+//! E-graph rewriting and fusion with egg.
+//!
+//! [`optimize`] loads a graph into an e-graph ([`lang::TNode`] nodes, [`analysis`] types
+//! and constants), saturates it in two bounded phases (exact simplifications, then the same
+//! with the fusion rules of [`fusion`]), extracts the cheapest program under the cost model
+//! of [`cost`], and writes it back as an IR graph whose nodes carry their kernel in the
+//! location comment: `# k3 row | model.rs:12:5` means "kernel 3, a row kernel". Nodes
+//! without a `k` tag are views (or constants), which cost no kernel.
+
+pub mod analysis;
+pub mod cost;
+pub mod fusion;
+pub mod lang;
+pub mod rules;
+
+use crate::PassError;
+use analysis::{add_lit, TensorAnalysis};
+use cost::KernelCost;
+use egg::{Extractor, Id, Runner, SimpleScheduler, StopReason};
+use kiln_ir::{Arg, Graph, NodeId, Op};
+use lang::{GroupKind, TNode};
+use rules::TEGraph;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Limits and switches of [`optimize`].
+#[derive(Clone, Debug)]
+pub struct OptimizeOptions {
+    /// add the fusion rules (else only simplify)
+    pub fuse: bool,
+    /// allow rewrites that change floating-point rounding
+    pub fast_math: bool,
+    /// stop saturating past this many e-nodes
+    pub node_limit: usize,
+    /// stop after this many iterations (per phase)
+    pub iter_limit: usize,
+    /// stop after this long (both phases together)
+    pub time_limit: Duration,
+}
+
+impl Default for OptimizeOptions {
+    fn default() -> Self {
+        OptimizeOptions {
+            fuse: true,
+            fast_math: false,
+            node_limit: 20_000,
+            iter_limit: 30,
+            // a safety net: the node and iteration limits stop first on every corpus graph,
+            // which keeps results deterministic
+            time_limit: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What saturation did.
+#[derive(Clone, Debug)]
+pub struct OptimizeReport {
+    /// why each phase stopped (`saturated`, or the limit that stopped it)
+    pub stop_reasons: Vec<String>,
+    /// e-nodes at the end
+    pub enodes: usize,
+    /// e-classes at the end
+    pub eclasses: usize,
+    /// the cost of the input graph as it was (every op its own kernel)
+    pub cost_before: f64,
+    /// the cost of the extracted program
+    pub cost_after: f64,
+    /// time spent
+    pub elapsed: Duration,
+}
+
+fn stop_reason(r: &Option<StopReason>) -> String {
+    match r {
+        Some(StopReason::Saturated) => "saturated".into(),
+        Some(StopReason::IterationLimit(n)) => format!("iteration limit ({n})"),
+        Some(StopReason::NodeLimit(n)) => format!("node limit ({n})"),
+        Some(StopReason::TimeLimit(t)) => format!("time limit ({:.0} ms)", t * 1e3),
+        Some(StopReason::Other(s)) => s.clone(),
+        None => "not run".into(),
+    }
+}
+
+/// Loads `g` into a fresh e-graph; returns it with the class of every node.
+fn load(g: &Graph) -> Result<(TEGraph, HashMap<NodeId, Id>), PassError> {
+    let mut analysis = TensorAnalysis::default();
+    for (_, id) in g.inputs() {
+        analysis.input_types.push(g.node(*id).ty.clone());
+    }
+    let mut eg = TEGraph::new(analysis);
+    let mut class = HashMap::new();
+    let inputs: HashMap<NodeId, u32> = g
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, (_, id))| (*id, i as u32))
+        .collect();
+    for (id, node) in g.nodes() {
+        let c = if node.op == Op::Input {
+            eg.add(TNode::Input(inputs[&id]))
+        } else {
+            let args: Vec<Id> = node
+                .args
+                .iter()
+                .map(|a| match a {
+                    Arg::Value(v) => class[v],
+                    Arg::Scalar(s) => add_lit(&mut eg, *s),
+                })
+                .collect();
+            let c = analysis::add_op(&mut eg, &node.op, &args).ok_or_else(|| {
+                PassError::Unsupported {
+                    pass: "egraph",
+                    reason: format!("node {id} ({}) does not type-check", node.op.name()),
+                }
+            })?;
+            if let Some(loc) = &node.loc {
+                eg.analysis.locs.push((c, loc.clone()));
+            }
+            c
+        };
+        class.insert(id, c);
+    }
+    eg.rebuild();
+    Ok((eg, class))
+}
+
+/// Simplifies (and, with `opts.fuse`, fuses) `g`; the result's location comments name each
+/// node's kernel.
+pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeReport), PassError> {
+    let start = Instant::now();
+    let (eg, class) = load(g)?;
+    let roots: Vec<Id> = g.outputs().iter().map(|o| class[o]).collect();
+    let cost_before = {
+        let cf = KernelCost {
+            egraph: &eg,
+            allow_groups: true,
+        };
+        g.nodes()
+            .filter(|(_, n)| n.op != Op::Input)
+            .map(|(id, _)| {
+                let c = eg.find(class[&id]);
+                eg[c].nodes.first().map_or(0.0, |n| cf.own(n))
+            })
+            .sum::<f64>()
+    };
+    let mut simplify = rules::simplify_rules();
+    if opts.fast_math {
+        simplify.extend(rules::fast_math_rules());
+    }
+    let half = opts.time_limit / 2;
+    let runner = Runner::default()
+        .with_scheduler(SimpleScheduler)
+        .with_node_limit(opts.node_limit)
+        .with_iter_limit(opts.iter_limit)
+        .with_time_limit(half)
+        .with_egraph(eg)
+        .run(
+            simplify
+                .iter()
+                .map(|r| r.rewrite())
+                .collect::<Vec<_>>()
+                .iter(),
+        );
+    let mut reasons = vec![format!("simplify: {}", stop_reason(&runner.stop_reason))];
+    let mut eg = runner.egraph;
+    if opts.fuse {
+        let mut all = simplify.clone();
+        all.extend(fusion::fusion_rules());
+        let left = opts
+            .time_limit
+            .saturating_sub(start.elapsed())
+            .max(half / 4);
+        let runner = Runner::default()
+            .with_scheduler(SimpleScheduler)
+            .with_node_limit(opts.node_limit)
+            .with_iter_limit(opts.iter_limit)
+            .with_time_limit(left)
+            .with_egraph(eg)
+            .run(all.iter().map(|r| r.rewrite()).collect::<Vec<_>>().iter());
+        reasons.push(format!("fuse: {}", stop_reason(&runner.stop_reason)));
+        eg = runner.egraph;
+    }
+    let extractor = Extractor::new(
+        &eg,
+        KernelCost {
+            egraph: &eg,
+            allow_groups: true,
+        },
+    );
+    let (mut out, mut cost_after) = emit(g, &eg, &extractor, &roots)?;
+    if opts.fuse {
+        // Tree costs charge a value read by several kernels once per reader, so extraction
+        // can prefer recomputation that moves more bytes as a whole program, and a group
+        // has one output where a kernel could write two. Greedy fusion of the simplified
+        // program is the other candidate; both are costed as scheduled programs (each
+        // value written once, read once per kernel) and the cheaper one is kept.
+        let plain = Extractor::new(
+            &eg,
+            KernelCost {
+                egraph: &eg,
+                allow_groups: false,
+            },
+        );
+        let (simplified, _) = emit(g, &eg, &plain, &roots)?;
+        let greedy = crate::greedy::greedy_fuse(&simplified);
+        let cost = |g: &Graph| {
+            crate::schedule::schedule(g)
+                .map(|s| s.cost(64))
+                .unwrap_or(f64::INFINITY)
+        };
+        let (c_egraph, c_greedy) = (cost(&out), cost(&greedy));
+        if c_greedy < c_egraph {
+            out = greedy;
+            reasons.push(format!(
+                "extraction: greedy fusion of the simplified graph is cheaper ({c_greedy:.3e} vs {c_egraph:.3e})"
+            ));
+        } else {
+            reasons.push(format!(
+                "extraction: e-graph ({c_egraph:.3e}; greedy {c_greedy:.3e})"
+            ));
+        }
+        cost_after = cost_after.min(c_egraph.min(c_greedy));
+    }
+    // Tree costs overcharge a value shared by several kernels, which can make extraction
+    // prefer recomputation that costs more as a DAG: keep the unfused program then.
+    if cost_after > cost_before {
+        let (plain, plain_cost) = emit_unfused(g)?;
+        if plain_cost <= cost_after {
+            out = plain;
+            cost_after = plain_cost;
+        }
+    }
+    if crate::pipeline::logging() {
+        for r in &reasons {
+            tracing::info!(target: "kiln::passes", "e-graph {r}");
+        }
+    }
+    kiln_ir::verify(&out).map_err(|e| PassError::Verify {
+        pass: "optimize",
+        reason: e.to_string(),
+    })?;
+    let report = OptimizeReport {
+        stop_reasons: reasons,
+        enodes: eg.total_number_of_nodes(),
+        eclasses: eg.number_of_classes(),
+        cost_before,
+        cost_after,
+        elapsed: start.elapsed(),
+    };
+    Ok((out, report))
+}
+
+/// `g` with every op its own kernel (tagged like [`optimize`]'s output), and its cost.
+fn emit_unfused(g: &Graph) -> Result<(Graph, f64), PassError> {
+    let (eg, class) = load(g)?;
+    let cf = KernelCost {
+        egraph: &eg,
+        allow_groups: true,
+    };
+    let mut out = g.clone();
+    let mut cost = 0.0;
+    let mut k = 0;
+    let ids: Vec<NodeId> = g.nodes().map(|(i, _)| i).collect();
+    for id in ids {
+        let node = out.node_mut(id);
+        if node.op == Op::Input {
+            continue;
+        }
+        let c = eg.find(class[&id]);
+        let en = eg[c]
+            .nodes
+            .iter()
+            .find(|n| matches!(n, TNode::Op(..)))
+            .cloned();
+        cost += en.map_or(0.0, |n| cf.own(&n));
+        if !node.op.is_view() && !node.op.is_creation() {
+            let kind = fusion::kind_name(&node.op);
+            node.loc = Some(kernel_loc(
+                k,
+                kind,
+                node.loc.as_deref().and_then(source_loc),
+            ));
+            k += 1;
+        }
+    }
+    Ok((out, cost))
+}
+
+/// The location comment of a node in kernel `k` of `kind`, keeping the source location.
+pub fn kernel_loc(k: usize, kind: &str, loc: Option<&str>) -> String {
+    match loc {
+        Some(l) if !l.is_empty() => format!("k{k} {kind} | {l}"),
+        _ => format!("k{k} {kind}"),
+    }
+}
+
+/// The kernel tag of a location comment: `(k, kind)` from `k3 row | ...`.
+pub fn parse_kernel_loc(loc: &str) -> Option<(usize, GroupKind)> {
+    let head = loc.split(" | ").next()?;
+    let (k, kind) = head.split_once(' ')?;
+    let k = k.strip_prefix('k')?.parse().ok()?;
+    Some((k, GroupKind::parse(kind)?))
+}
+
+/// The user's source location inside a location comment (without the kernel tag).
+pub fn source_loc(loc: &str) -> Option<&str> {
+    match loc.split_once(" | ") {
+        Some((_, l)) => Some(l),
+        None if parse_kernel_loc(loc).is_some() => None,
+        None => Some(loc),
+    }
+}
+
+struct Emitter<'a, 'b> {
+    eg: &'a TEGraph,
+    ex: &'b Extractor<'a, KernelCost<'a>, TNode, TensorAnalysis>,
+    out: Graph,
+    inputs: Vec<NodeId>,
+    memo: HashMap<Id, Arg>,
+    kernels: usize,
+    /// the extracted program's cost, each class counted once
+    cost: f64,
+}
+
+impl Emitter<'_, '_> {
+    fn loc_of(&self, id: Id) -> Option<String> {
+        let c = self.eg.find(id);
+        self.eg
+            .analysis
+            .locs
+            .iter()
+            .find(|(k, _)| self.eg.find(*k) == c)
+            .and_then(|(_, l)| source_loc(l).map(str::to_string))
+    }
+
+    fn emit(&mut self, id: Id) -> Result<Arg, PassError> {
+        let id = self.eg.find(id);
+        if let Some(a) = self.memo.get(&id) {
+            return Ok(*a);
+        }
+        let node = self.ex.find_best_node(id).clone();
+        self.cost += KernelCost {
+            egraph: self.eg,
+            allow_groups: true,
+        }
+        .own(&node);
+        let bad = |e: kiln_ir::GraphError| PassError::Graph {
+            pass: "optimize",
+            source: e,
+        };
+        let arg =
+            match &node {
+                TNode::Input(n) => Arg::Value(self.inputs[*n as usize]),
+                TNode::Lit(l) => Arg::Scalar(l.scalar()),
+                TNode::Op(o, args) => {
+                    let args = args
+                        .iter()
+                        .map(|a| self.emit(*a))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let op = self.eg.analysis.interner.ops[o.0 as usize].clone();
+                    let src = self.loc_of(id);
+                    let loc = if op.is_view() || op.is_creation() {
+                        src
+                    } else {
+                        let kind = fusion::kind_name(&op);
+                        self.kernels += 1;
+                        Some(kernel_loc(self.kernels - 1, kind, src.as_deref()))
+                    };
+                    Arg::Value(self.out.add_op(op, &args, loc).map_err(bad)?)
+                }
+                TNode::Group(g, args) => {
+                    let args = args
+                        .iter()
+                        .map(|a| self.emit(*a))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let body = self.eg.analysis.interner.groups[g.0 as usize].clone();
+                    let k = self.kernels;
+                    self.kernels += 1;
+                    let mut tagged = body.graph.clone();
+                    let ids: Vec<NodeId> = tagged.nodes().map(|(i, _)| i).collect();
+                    for i in ids {
+                        let n = tagged.node_mut(i);
+                        if n.op != Op::Input {
+                            n.loc = Some(kernel_loc(k, body.kind.name(), n.loc.as_deref()));
+                        }
+                    }
+                    let out = fusion::inline_with(&mut self.out, &tagged, &args, false)
+                        .ok_or_else(|| PassError::Unsupported {
+                            pass: "optimize",
+                            reason: "a fused group's body did not re-type".into(),
+                        })?;
+                    Arg::Value(out)
+                }
+            };
+        self.memo.insert(id, arg);
+        Ok(arg)
+    }
+}
+
+fn emit<'a>(
+    g: &Graph,
+    eg: &'a TEGraph,
+    ex: &Extractor<'a, KernelCost<'a>, TNode, TensorAnalysis>,
+    roots: &[Id],
+) -> Result<(Graph, f64), PassError> {
+    let mut out = Graph::new(g.name());
+    let mut inputs = Vec::new();
+    for (name, id) in g.inputs() {
+        inputs.push(
+            out.add_input(name.clone(), g.node(*id).ty.clone())
+                .map_err(|e| PassError::Graph {
+                    pass: "optimize",
+                    source: e,
+                })?,
+        );
+    }
+    let mut em = Emitter {
+        eg,
+        ex,
+        out,
+        inputs,
+        memo: HashMap::new(),
+        kernels: 0,
+        cost: 0.0,
+    };
+    let mut outs = Vec::new();
+    for r in roots {
+        match em.emit(*r)? {
+            Arg::Value(v) => outs.push(v),
+            Arg::Scalar(s) => {
+                return Err(PassError::Unsupported {
+                    pass: "optimize",
+                    reason: format!("an output became the scalar {s}"),
+                })
+            }
+        }
+    }
+    em.out.set_outputs(outs).map_err(|e| PassError::Graph {
+        pass: "optimize",
+        source: e,
+    })?;
+    Ok((em.out, em.cost))
+}

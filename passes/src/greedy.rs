@@ -1,0 +1,95 @@
+//! Greedy left-to-right fusion: the baseline the e-graph's cost-based fusion is compared
+//! with. Each op, in graph order, joins the kernel of its first operand's producer when the
+//! loop nests allow it (the same legality table as [`crate::egraph::fusion`]), else starts
+//! a kernel. It never looks ahead and never duplicates work, so it cannot trade a
+//! recomputation for a saved write, and it fuses into whichever producer comes first.
+
+use crate::egraph::fusion::{kind_of, merged_kind};
+use crate::egraph::lang::{GroupBody, GroupKind};
+use crate::egraph::{kernel_loc, source_loc};
+use kiln_ir::{Arg, Graph, NodeId, Op, TensorType};
+use std::collections::HashMap;
+
+struct Group {
+    body: GroupBody,
+    first: usize,
+}
+
+fn singleton(kind: GroupKind, ty: &TensorType, space: &TensorType) -> GroupBody {
+    GroupBody {
+        kind,
+        graph: Graph::new("greedy"),
+        ty: ty.clone(),
+        space: space.clone(),
+    }
+}
+
+/// `g` with each op tagged with a greedily chosen kernel (like `optimize`'s output).
+pub fn greedy_fuse(g: &Graph) -> Graph {
+    let mut out = g.clone();
+    let mut group_of: HashMap<NodeId, usize> = HashMap::new();
+    let mut groups: Vec<Group> = Vec::new();
+    let nodes: Vec<(NodeId, kiln_ir::Node)> = g.nodes().map(|(i, n)| (i, n.clone())).collect();
+    for (pos, (id, n)) in nodes.iter().enumerate() {
+        if n.op == Op::Input || n.op.is_view() || n.op.is_creation() {
+            continue;
+        }
+        let kind = kind_of(&n.op).unwrap_or(GroupKind::Copy);
+        let space = match (kind, n.args.first()) {
+            (GroupKind::Reduction | GroupKind::Row, Some(Arg::Value(v))) => g.node(*v).ty.clone(),
+            _ => n.ty.clone(),
+        };
+        let me = singleton(kind, &n.ty, &space);
+        let first_operand_group = n.args.iter().find_map(|a| match a {
+            Arg::Value(v) => group_of.get(v).copied(),
+            Arg::Scalar(_) => None,
+        });
+        let joined = first_operand_group.and_then(|gid| {
+            if kind == GroupKind::Copy || groups[gid].body.kind == GroupKind::Copy {
+                return None;
+            }
+            let (k, space) = merged_kind(&groups[gid].body, &me)?;
+            // joining must not need a value another kernel computes after this one starts
+            let acyclic = n.args.iter().all(|a| match a {
+                Arg::Value(v) => match group_of.get(v) {
+                    Some(other) if *other != gid => {
+                        nodes.iter().position(|(i, _)| i == v).unwrap_or(0) < groups[gid].first
+                    }
+                    _ => true,
+                },
+                Arg::Scalar(_) => true,
+            });
+            acyclic.then_some((gid, k, space))
+        });
+        let gid = match joined {
+            Some((gid, k, space)) => {
+                let b = &mut groups[gid].body;
+                b.kind = k;
+                b.ty = n.ty.clone();
+                b.space = space;
+                gid
+            }
+            None => {
+                groups.push(Group {
+                    body: me,
+                    first: pos,
+                });
+                groups.len() - 1
+            }
+        };
+        group_of.insert(*id, gid);
+    }
+    let ids: Vec<NodeId> = out.nodes().map(|(i, _)| i).collect();
+    for id in ids {
+        if let Some(gid) = group_of.get(&id) {
+            let kind = groups[*gid].body.kind.name();
+            let node = out.node_mut(id);
+            node.loc = Some(kernel_loc(
+                *gid,
+                kind,
+                node.loc.as_deref().and_then(source_loc),
+            ));
+        }
+    }
+    out
+}
