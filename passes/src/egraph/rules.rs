@@ -1,5 +1,11 @@
 //! Rewrite rules over e-classes, and the exact algebraic identities.
 //!
+//! The exact rules: `x*1, x+0, x-0, x/1 -> x` (when the type is kept), `where(c, x, x)`,
+//! `neg∘neg`, `transpose∘transpose`, `permute∘permute`, `reshape∘reshape`, no-op
+//! reshapes, expands and casts, `contiguous` (a layout-only copy), expand elimination
+//! under broadcasting, and transposes/permutes moved through pointwise ops. Constant
+//! folding lives in the analysis; common subexpressions are shared by construction.
+//!
 //! A [`ClassRule`] looks at one e-class at a time and adds nodes equal to it; it is wrapped
 //! as an egg `Rewrite` so that egg's `Runner` applies it with its node, iteration and time
 //! limits. Identities are exact: each checks that the rewritten value has the same type
@@ -252,6 +258,31 @@ fn layout_through_pointwise(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
     out
 }
 
+/// Broadcast elimination: a pointwise op broadcasts its operands itself, so an `expand`
+/// feeding it can go when the op's result keeps its type: `add(expand(x), y) = add(x, y)`.
+fn broadcast_elimination(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
+    let mut out = Vec::new();
+    for (op, args) in ops_of(egraph, id) {
+        if !matches!(op, Op::Binary(_) | Op::Where) {
+            continue;
+        }
+        for (i, a) in args.iter().enumerate() {
+            for (inner, ia) in ops_of(egraph, *a) {
+                if matches!(inner, Op::Expand { .. }) {
+                    let mut new_args = args.clone();
+                    new_args[i] = ia[0];
+                    if let Some(n) = add_op(egraph, &op, &new_args) {
+                        if same_type(egraph, n, id) {
+                            out.push(n);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Value-changing float rewrites, only with `fast_math`: `x / c = x * (1/c)` and
 /// `(x * a) * b = x * (a*b)` for literals.
 fn reassociate(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
@@ -301,6 +332,10 @@ pub fn simplify_rules() -> Vec<ClassRule> {
         ClassRule {
             name: "layout-through-pointwise",
             apply: layout_through_pointwise,
+        },
+        ClassRule {
+            name: "broadcast-elimination",
+            apply: broadcast_elimination,
         },
     ]
 }
