@@ -17,6 +17,11 @@ use super::lang::TNode;
 use egg::{CostFunction, EGraph, Id, Language};
 use kiln_ir::{Dim, Op};
 
+/// Arithmetic of one elementwise op on one element, in bytes: small next to memory traffic,
+/// it breaks ties in favour of the program with fewer ops (`neg(neg(x))` inside a kernel
+/// costs more than `x`).
+pub const OP_BYTES_PER_ELEMENT: f64 = 0.25;
+
 /// A kernel launch, in bytes.
 pub const LAUNCH_BYTES: f64 = 64.0 * 1024.0;
 
@@ -77,7 +82,10 @@ impl KernelCost<'_> {
                         }
                     }
                 }
-                c + self.out_type(enode).map_or(0.0, |t| bytes_of(&t))
+                let out = self.out_type(enode);
+                c + out.as_ref().map_or(0.0, |t| {
+                    bytes_of(t) * (1.0 + OP_BYTES_PER_ELEMENT / t.dtype.size_bytes() as f64)
+                })
             }
             TNode::Group(..) if !self.allow_groups => f64::INFINITY,
             TNode::Group(g, args) => {
@@ -85,6 +93,10 @@ impl KernelCost<'_> {
                 let reads: f64 = args.iter().map(|a| read_bytes(eg, *a)).sum();
                 let mut c = LAUNCH_BYTES + reads + bytes_of(&body.ty);
                 for (_, n) in body.graph.nodes() {
+                    if n.op != Op::Input {
+                        c +=
+                            bytes_of(&n.ty) * OP_BYTES_PER_ELEMENT / n.ty.dtype.size_bytes() as f64;
+                    }
                     if matches!(n.op, Op::Matmul | Op::Linear) {
                         if let Some(kiln_ir::Arg::Value(v)) = n.args.first() {
                             let t = &body.graph.node(*v).ty;

@@ -18,7 +18,7 @@
 //! the row while it reduces and rereads it from cache.
 
 use super::analysis::ClassData;
-use super::lang::{GroupBody, GroupKind, TNode};
+use super::lang::{GroupBody, GroupId, GroupKind, MergeKey, TNode};
 use super::rules::{ClassRule, TEGraph};
 use egg::Id;
 use kiln_ir::{Arg, Dim, Graph, NodeId, Op, Scalar, TensorType};
@@ -314,6 +314,44 @@ fn merge_one(
     ))
 }
 
+fn merge_key(
+    egraph: &TEGraph,
+    gi: usize,
+    gargs: &[Id],
+    i: usize,
+    pi: usize,
+    pargs: &[Id],
+) -> MergeKey {
+    (
+        gi as u32,
+        pi as u32,
+        i,
+        gargs.iter().chain(pargs).map(|a| egraph.find(*a)).collect(),
+    )
+}
+
+/// [`merge_one`] of two interned groups, remembered: (merged group, its operands).
+fn merge_cached(
+    egraph: &mut TEGraph,
+    gi: usize,
+    gargs: &[Id],
+    i: usize,
+    pi: usize,
+    pargs: &[Id],
+) -> Option<(usize, Vec<Id>)> {
+    let key = merge_key(egraph, gi, gargs, i, pi, pargs);
+    if let Some(r) = egraph.analysis.interner.merge_cache.get(&key) {
+        return r.clone();
+    }
+    let merged = {
+        let groups = &egraph.analysis.interner.groups;
+        merge_one(egraph, (&groups[gi], gargs), i, (&groups[pi], pargs))
+    };
+    let r = merged.map(|(body, inputs)| (egraph.analysis.interner.group(body).0 as usize, inputs));
+    egraph.analysis.interner.merge_cache.insert(key, r.clone());
+    r
+}
+
 /// The group nodes of a class: (group index, operands).
 fn groups_in(egraph: &TEGraph, id: Id) -> Vec<(usize, Vec<Id>)> {
     egraph[id]
@@ -369,29 +407,26 @@ fn merge(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
         .iter()
         .map(|g| g.graph.len())
         .collect();
-    let size = |g: usize| sizes[g];
+    let size = |g: usize| sizes.get(g).copied().unwrap_or(usize::MAX);
     candidates.sort_by_key(|(gi, _, _, pi, _)| std::cmp::Reverse(size(*gi) + size(*pi)));
     let mut added = 0;
     for (gi, gargs, i, pi, pargs) in &candidates {
         if added >= MAX_MERGES_PER_STEP {
             break;
         }
-        let key = (
-            *gi as u32,
-            *pi as u32,
-            *i,
-            gargs.iter().chain(pargs).map(|a| egraph.find(*a)).collect(),
-        );
-        if !egraph.analysis.interner.merges.insert(key) {
+        if egraph
+            .analysis
+            .interner
+            .merge_cache
+            .contains_key(&merge_key(egraph, *gi, gargs, *i, *pi, pargs))
+        {
             continue;
         }
-        let (g, p) = (
-            egraph.analysis.interner.groups[*gi].clone(),
-            egraph.analysis.interner.groups[*pi].clone(),
-        );
-        if let Some((body, inputs)) = merge_one(egraph, (&g, gargs), *i, (&p, pargs)) {
-            let group = egraph.analysis.interner.group(body);
-            out.push(egraph.add(TNode::Group(group, inputs.into_iter().collect())));
+        if let Some((group, inputs)) = merge_cached(egraph, *gi, gargs, *i, *pi, pargs) {
+            out.push(egraph.add(TNode::Group(
+                GroupId(group as u32),
+                inputs.into_iter().collect(),
+            )));
             added += 1;
         }
     }
@@ -402,7 +437,7 @@ fn merge(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
         egraph.analysis.interner.merge_alls.insert(key)
     });
     if let (Some((gi, gargs)), true) = (largest.as_ref(), fresh) {
-        let mut cur = (egraph.analysis.interner.groups[*gi].clone(), gargs.clone());
+        let mut cur = (*gi, gargs.clone());
         let mut merged_any = false;
         'grow: loop {
             for i in 0..cur.1.len() {
@@ -411,9 +446,7 @@ fn merge(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
                     continue;
                 }
                 let mut producers = groups_in(egraph, arg);
-                producers.sort_by_key(|(p, _)| {
-                    std::cmp::Reverse(egraph.analysis.interner.groups[*p].graph.len())
-                });
+                producers.sort_by_key(|(p, _)| std::cmp::Reverse(size(*p)));
                 let producer_class = egraph.find(arg);
                 for (pi, pargs) in producers {
                     if pargs
@@ -422,8 +455,7 @@ fn merge(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
                     {
                         continue;
                     }
-                    let p = egraph.analysis.interner.groups[pi].clone();
-                    if let Some(next) = merge_one(egraph, (&cur.0, &cur.1), i, (&p, &pargs)) {
+                    if let Some(next) = merge_cached(egraph, cur.0, &cur.1, i, pi, &pargs) {
                         cur = next;
                         merged_any = true;
                         continue 'grow;
@@ -433,9 +465,11 @@ fn merge(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
             break;
         }
         if merged_any {
-            let (body, inputs) = cur;
-            let group = egraph.analysis.interner.group(body);
-            out.push(egraph.add(TNode::Group(group, inputs.into_iter().collect())));
+            let (group, inputs) = cur;
+            out.push(egraph.add(TNode::Group(
+                GroupId(group as u32),
+                inputs.into_iter().collect(),
+            )));
         }
     }
     out

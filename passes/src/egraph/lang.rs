@@ -161,6 +161,9 @@ pub struct GroupBody {
     pub space: TensorType,
 }
 
+/// A merge: (consumer group, producer group, operand index, both groups' operands).
+pub type MergeKey = (u32, u32, usize, Vec<egg::Id>);
+
 /// The interned ops and group bodies of one e-graph.
 #[derive(Default)]
 pub struct Interner {
@@ -170,8 +173,9 @@ pub struct Interner {
     /// every group body, by id
     pub groups: Vec<GroupBody>,
     group_ids: HashMap<String, GroupId>,
-    /// merges already tried: (consumer group, producer group, operand, operands)
-    pub merges: std::collections::HashSet<(u32, u32, usize, Vec<egg::Id>)>,
+    /// merges already tried: (consumer group, producer group, operand, operands) -> the
+    /// merged group and its operands, or `None` when illegal
+    pub merge_cache: HashMap<MergeKey, Option<(usize, Vec<egg::Id>)>>,
     /// all-at-once merges already tried: (group, operands)
     pub merge_alls: std::collections::HashSet<(u32, Vec<egg::Id>)>,
     /// singleton groups already tried: (op, operands)

@@ -1,11 +1,18 @@
 //! E-graph rewriting and fusion with egg.
 //!
 //! [`optimize`] loads a graph into an e-graph ([`lang::TNode`] nodes, [`analysis`] types
-//! and constants), saturates it in two bounded phases (exact simplifications, then the same
-//! with the fusion rules of [`fusion`]), extracts the cheapest program under the cost model
-//! of [`cost`], and writes it back as an IR graph whose nodes carry their kernel in the
-//! location comment: `# k3 row | model.rs:12:5` means "kernel 3, a row kernel". Nodes
-//! without a `k` tag are views (or constants), which cost no kernel.
+//! and constants), saturates it in two bounded phases (the exact rules of [`rules`], then
+//! the fusion rules of [`fusion`], which only add group nodes the exact rules do not
+//! match), extracts the cheapest program under the cost model of [`cost`], and writes it
+//! back as an IR graph whose nodes carry their kernel in the location comment:
+//! `# k3 row | model.rs:12:5` means "kernel 3, a row kernel". Nodes without a `k` tag are
+//! views (or constants), which cost no kernel.
+//!
+//! egg's extraction sums costs over a tree, which charges a value read by several kernels
+//! once per reader and lets a group have only one output. So the extracted program is
+//! compared, as a scheduled program (each value written once and read once per kernel),
+//! with greedy fusion ([`crate::greedy`]) of the e-graph's best unfused program, and the
+//! cheaper one is kept; the report says which won.
 
 pub mod analysis;
 pub mod cost;
@@ -160,11 +167,17 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
                 .collect::<Vec<_>>()
                 .iter(),
         );
-    let mut reasons = vec![format!("simplify: {}", stop_reason(&runner.stop_reason))];
+    let mut reasons = vec![format!(
+        "simplify: {} after {} iterations, {:.1} ms",
+        stop_reason(&runner.stop_reason),
+        runner.iterations.len(),
+        start.elapsed().as_secs_f64() * 1e3
+    )];
     let mut eg = runner.egraph;
     if opts.fuse {
-        let mut all = simplify.clone();
-        all.extend(fusion::fusion_rules());
+        // fusion adds only group nodes, which the simplification rules do not match:
+        // after phase one saturated, they would find nothing new
+        let all = fusion::fusion_rules();
         let left = opts
             .time_limit
             .saturating_sub(start.elapsed())
@@ -176,7 +189,13 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
             .with_time_limit(left)
             .with_egraph(eg)
             .run(all.iter().map(|r| r.rewrite()).collect::<Vec<_>>().iter());
-        reasons.push(format!("fuse: {}", stop_reason(&runner.stop_reason)));
+        reasons.push(format!(
+            "fuse: {} after {} iterations, {} e-nodes, {:.1} ms",
+            stop_reason(&runner.stop_reason),
+            runner.iterations.len(),
+            runner.egraph.total_number_of_nodes(),
+            start.elapsed().as_secs_f64() * 1e3
+        ));
         eg = runner.egraph;
     }
     let extractor = Extractor::new(
@@ -208,10 +227,11 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
                 .unwrap_or(f64::INFINITY)
         };
         let (c_egraph, c_greedy) = (cost(&out), cost(&greedy));
+        let picked_at = start.elapsed().as_secs_f64() * 1e3;
         if c_greedy < c_egraph {
             out = greedy;
             reasons.push(format!(
-                "extraction: greedy fusion of the simplified graph is cheaper ({c_greedy:.3e} vs {c_egraph:.3e})"
+                "extraction: greedy fusion of the simplified graph is cheaper ({c_greedy:.3e} vs {c_egraph:.3e}), {picked_at:.1} ms"
             ));
         } else {
             reasons.push(format!(
