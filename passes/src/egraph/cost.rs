@@ -44,10 +44,6 @@ fn read_bytes(egraph: &EGraph<TNode, TensorAnalysis>, id: Id) -> f64 {
     }
 }
 
-fn out_bytes(egraph: &EGraph<TNode, TensorAnalysis>, id: Id) -> f64 {
-    egraph[id].data.ty().map_or(0.0, bytes_of)
-}
-
 fn dim(d: &Dim) -> f64 {
     match d {
         Dim::Const(c) => *c as f64,
@@ -127,9 +123,4 @@ impl CostFunction<TNode> for KernelCost<'_> {
         let own = self.own(enode);
         enode.fold(own, |sum, id| sum + costs(id))
     }
-}
-
-/// Bytes a class's value takes (for reports).
-pub fn class_bytes(egraph: &EGraph<TNode, TensorAnalysis>, id: Id) -> f64 {
-    out_bytes(egraph, id)
 }

@@ -21,7 +21,7 @@ use super::analysis::ClassData;
 use super::lang::{GroupBody, GroupId, GroupKind, MergeKey, TNode};
 use super::rules::{ClassRule, TEGraph};
 use egg::Id;
-use kiln_ir::{Arg, Dim, Graph, NodeId, Op, Scalar, TensorType};
+use kiln_ir::{Arg, Dim, Graph, NodeId, Op, TensorType};
 
 /// The most inputs a fused group may read.
 pub const MAX_GROUP_INPUTS: usize = 8;
@@ -487,9 +487,4 @@ pub fn fusion_rules() -> Vec<ClassRule> {
             apply: merge,
         },
     ]
-}
-
-/// A scalar literal as an operand (kept for symmetry with the builder helpers).
-pub fn scalar_arg(s: Scalar) -> Arg {
-    Arg::Scalar(s)
 }

@@ -13,7 +13,7 @@
 //! floating-point rounding are only in [`fast_math_rules`].
 
 use super::analysis::{add_lit, add_op, ClassData, TensorAnalysis};
-use super::lang::{Lit, TNode};
+use super::lang::TNode;
 use egg::{Applier, EGraph, Id, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var};
 use kiln_ir::shape::normalize_dim;
 use kiln_ir::{BinaryOp, Op, Scalar, UnaryOp};
@@ -346,9 +346,4 @@ pub fn fast_math_rules() -> Vec<ClassRule> {
         name: "reassociate",
         apply: reassociate,
     }]
-}
-
-/// A literal node id for `s` (for tests).
-pub fn lit_node(s: Scalar) -> TNode {
-    TNode::Lit(Lit::of(s))
 }
