@@ -4,9 +4,9 @@
 //! interpreter runs every graph on random inputs with the symbolic dims bound, giving
 //! outputs of the declared types and finite values.
 
-use kiln_ir::interp::{eval, Value};
+use kiln_ir::interp::{eval, random_inputs, Value};
 use kiln_ir::text::{parse_module, print_module};
-use kiln_ir::{rng, verify, DType, Dim, Graph};
+use kiln_ir::{verify, Dim, Graph};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -67,32 +67,7 @@ fn bind(symbol: &str) -> usize {
 /// Random inputs for `g`: normal floats, integers in {0, 1} (valid indices for any table of
 /// size >= 2, and 0/1 masks), booleans with probability 1/2.
 fn inputs(g: &Graph, seed: u64) -> Vec<Value> {
-    g.inputs()
-        .iter()
-        .enumerate()
-        .map(|(k, (_, id))| {
-            let ty = &g.node(*id).ty;
-            let shape: Vec<usize> = ty
-                .shape
-                .dims()
-                .iter()
-                .map(|d| match d {
-                    Dim::Const(n) => *n,
-                    Dim::Sym(s) => bind(s),
-                })
-                .collect();
-            let s = seed + k as u64;
-            let n = shape.iter().product::<usize>() as u64;
-            let data: Vec<f64> = (0..n)
-                .map(|i| match ty.dtype {
-                    DType::I32 | DType::I64 => (rng::uniform(s, i) * 2.0).floor(),
-                    DType::Bool => f64::from(u8::from(rng::uniform(s, i) < 0.5)),
-                    _ => rng::normal(s, i),
-                })
-                .collect();
-            Value::new(ty.dtype, shape, data).expect("input value")
-        })
-        .collect()
+    random_inputs(g, seed, &bind).expect("input value")
 }
 
 #[test]

@@ -6,9 +6,9 @@
 #[path = "../../ir/tests/common/graph_gen.rs"]
 mod graph_gen;
 
-use kiln_ir::interp::{eval, Value};
+use kiln_ir::interp::{eval, random_inputs, Value};
 use kiln_ir::text::parse_module;
-use kiln_ir::{rng, DType, Dim, Graph};
+use kiln_ir::{DType, Graph};
 use kiln_passes::egraph::{optimize, OptimizeOptions};
 use kiln_passes::greedy::greedy_fuse;
 use kiln_passes::pipeline::{run_passes, PassOptions};
@@ -50,32 +50,7 @@ fn bind(symbol: &str) -> usize {
 }
 
 fn inputs(g: &Graph, seed: u64) -> Vec<Value> {
-    g.inputs()
-        .iter()
-        .enumerate()
-        .map(|(k, (_, id))| {
-            let ty = &g.node(*id).ty;
-            let shape: Vec<usize> = ty
-                .shape
-                .dims()
-                .iter()
-                .map(|d| match d {
-                    Dim::Const(n) => *n,
-                    Dim::Sym(s) => bind(s),
-                })
-                .collect();
-            let s = seed + k as u64;
-            let n = shape.iter().product::<usize>() as u64;
-            let data: Vec<f64> = (0..n)
-                .map(|i| match ty.dtype {
-                    DType::I32 | DType::I64 => (rng::uniform(s, i) * 2.0).floor(),
-                    DType::Bool => f64::from(u8::from(rng::uniform(s, i) < 0.5)),
-                    _ => rng::normal(s, i),
-                })
-                .collect();
-            Value::new(ty.dtype, shape, data).unwrap()
-        })
-        .collect()
+    random_inputs(g, seed, &bind).unwrap()
 }
 
 fn small(g: &Graph) -> bool {

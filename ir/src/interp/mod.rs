@@ -14,9 +14,12 @@
 //! Entry points: [`eval`] runs a whole [`Graph`]; [`eval_op`] runs one op on operands.
 
 mod index;
+mod inputs;
 mod layout;
 mod pointwise;
 mod reduce;
+
+pub use inputs::random_inputs;
 
 use crate::graph::Arg;
 use crate::infer::infer;
