@@ -1,5 +1,6 @@
 //! Command-line parsing and dispatch for the `kiln` binary.
 
+mod bench;
 mod demo;
 mod dump;
 mod inputs;
@@ -79,6 +80,9 @@ enum Command {
         #[arg(long, value_delimiter = ',', required = true)]
         passes: Vec<String>,
     },
+    /// Time the workloads eager and compiled against this machine's measured limits
+    /// (triad bandwidth, GEMM peak); `--json FILE` keeps every figure.
+    Bench(bench::BenchArgs),
 }
 
 /// A stage of the pipeline that `kiln dump` can print.
@@ -169,6 +173,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }),
         Command::Demo => demo::demo(),
         Command::Opt { file, passes } => dump::opt(&file, &passes),
+        Command::Bench(args) => Ok(bench::bench(&args)?),
     }
 }
 

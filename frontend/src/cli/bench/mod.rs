@@ -1,0 +1,533 @@
+//! `kiln bench`: the workloads of `shared/bench/WORKLOADS.md`, eager and compiled in one
+//! process, against the machine's limits measured in the same run.
+//!
+//! For each workload (in the order given):
+//!
+//! 1. the model is built at its default shape (`--quick`: a small one, see [`quick_shape`]) and
+//!    its inputs drawn with `example_inputs(0)`;
+//! 2. memory-bound workloads (`flops()` is `None`) get their own bandwidth limit: a triad over
+//!    three arrays that together hold `model.bytes()` (the bytes the workload reads and
+//!    writes), so an L3-resident working set is compared with L3 bandwidth (see [`limits`]);
+//! 3. the forward pass is compiled with the chosen backend and the **first call is timed on
+//!    its own** (`compile_ms`: trace + compile + one run, the cost a user sees once);
+//! 4. the compiled outputs are checked against eager ones (relative L2 error ≤ 1e-4; 1e-3 for
+//!    matmul workloads on `interp`) **before anything is timed**: a mismatch or an error is a
+//!    row with `verified: false` and no times, and the command exits non-zero at the end;
+//! 5. eager and compiled calls are timed in alternation after a warm-up, at least 20 runs and
+//!    1 s per side (`--quick`: 5 runs and 0.1 s); median, min and max are reported, and
+//!    `speedup = eager / compiled` (medians).
+//!
+//! The limits measured first: a triad on all cores over 3 × 1 GiB arrays, far larger than the
+//! last-level cache (`--quick`: 3 × 16 MiB, which is *not* a DRAM figure), and the best f32
+//! GEMM at 2048³ through `Tensor::matmul` (`--quick`: 512³).
+
+mod limits;
+mod machine;
+mod report;
+mod run;
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use kiln::models::{self, Model};
+use kiln::Backend;
+use limits::{triad, triad_len_for_bytes};
+use machine::Machine;
+use report::{human_bytes, Limits, Report, Row};
+use run::{measure, tolerance, Budget, Measured, WorkloadError};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The options of `kiln bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// a workload to run (repeatable, or comma-separated; default: all of pointwise,
+    /// layernorm, softmax, reduce, mlp, block, tiny)
+    #[arg(long = "workload", value_name = "NAME", value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// the backend the workloads are compiled with (cpu and cuda are not built yet)
+    #[arg(long, value_enum, default_value_t = BenchBackend::Eager)]
+    pub backend: BenchBackend,
+    /// also write every figure, the machine and the kiln version to this JSON file
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// a short run for smoke tests: small shapes, fewer runs, small limit probes
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// The backends `kiln bench --backend` names, including those not built yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchBackend {
+    /// the captured graph run op by op with the eager kernels
+    Eager,
+    /// the IR interpreter (f64 inside, slow: the oracle)
+    Interp,
+    /// generated CPU code (not available yet)
+    Cpu,
+    /// generated CUDA code (not available yet)
+    Cuda,
+}
+
+impl BenchBackend {
+    /// The backend's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchBackend::Eager => "eager",
+            BenchBackend::Interp => "interp",
+            BenchBackend::Cpu => "cpu",
+            BenchBackend::Cuda => "cuda",
+        }
+    }
+
+    /// The compile backend, or an error naming the available ones.
+    pub fn resolve(self) -> Result<Backend, BenchError> {
+        match self {
+            BenchBackend::Eager => Ok(Backend::Eager),
+            BenchBackend::Interp => Ok(Backend::Interp),
+            BenchBackend::Cpu | BenchBackend::Cuda => Err(BenchError::BackendUnavailable {
+                backend: self.name(),
+                available: AVAILABLE_BACKENDS.join(", "),
+            }),
+        }
+    }
+}
+
+/// The backends a compiled function can run on today.
+pub const AVAILABLE_BACKENDS: &[&str] = &["eager", "interp"];
+
+/// Why `kiln bench` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// `--backend` named a backend that does not exist yet
+    #[error(
+        "backend `{backend}` is not available yet (it comes with kiln's code generators); \
+         the available backends are: {available}"
+    )]
+    BackendUnavailable {
+        /// the backend asked for
+        backend: &'static str,
+        /// the backends that exist, comma-separated
+        available: String,
+    },
+    /// `--workload` named no workload of the zoo
+    #[error("unknown workload `{name}`{note}; the workloads are: {known}")]
+    UnknownWorkload {
+        /// the name given
+        name: String,
+        /// more about the name, when known (minilm: not in the zoo yet)
+        note: &'static str,
+        /// the known workloads, comma-separated
+        known: String,
+    },
+    /// measuring a limit failed
+    #[error("measuring the {what}: {source}")]
+    Limit {
+        /// the limit
+        what: &'static str,
+        /// kiln's error
+        source: kiln::Error,
+    },
+    /// the JSON could not be made or written
+    #[error("{path}: {reason}")]
+    Json {
+        /// the file
+        path: String,
+        /// what went wrong
+        reason: String,
+    },
+    /// some workloads have no times: their check failed or they did not run
+    #[error("{} workload(s) failed (see the table): {}", .workloads.len(), .workloads.join(", "))]
+    Failed {
+        /// the workloads that failed
+        workloads: Vec<String>,
+    },
+}
+
+/// The input shape of a workload under `--quick` (the first input's, as
+/// [`models::build`] takes it); `None` for a name it does not know.
+pub fn quick_shape(name: &str) -> Option<&'static [usize]> {
+    Some(match name {
+        "pointwise" => &[65536],
+        "layernorm" | "softmax" => &[256, 1024],
+        "reduce" => &[512, 512],
+        // hidden = 4 * 256
+        "mlp" => &[32, 256],
+        "block" => &[1, 32, 64],
+        "tiny" => &[1024],
+        _ => return None,
+    })
+}
+
+/// The sizes and budgets of a run.
+struct Plan {
+    /// elements per array of the DRAM triad
+    dram_len: usize,
+    /// passes of the DRAM triad
+    dram: Budget,
+    /// passes of the working-set triads
+    working_set: Budget,
+    /// the GEMM's square size
+    gemm_n: usize,
+    /// GEMM runs timed (best counts)
+    gemm_runs: usize,
+    /// runs of each workload, per side
+    workload: Budget,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                dram_len: 4 << 20,
+                dram: Budget {
+                    min_runs: 5,
+                    min_secs: 0.0,
+                    warmup: 1,
+                },
+                working_set: Budget {
+                    min_runs: 5,
+                    min_secs: 0.02,
+                    warmup: 1,
+                },
+                gemm_n: 512,
+                gemm_runs: 3,
+                workload: Budget {
+                    min_runs: 5,
+                    min_secs: 0.1,
+                    warmup: 1,
+                },
+            }
+        } else {
+            Plan {
+                // 3 × 1 GiB: far beyond any last-level cache
+                dram_len: 256 << 20,
+                dram: Budget {
+                    min_runs: 10,
+                    min_secs: 0.5,
+                    warmup: 1,
+                },
+                working_set: Budget {
+                    min_runs: 20,
+                    min_secs: 0.25,
+                    warmup: 1,
+                },
+                gemm_n: 2048,
+                gemm_runs: 10,
+                workload: Budget {
+                    min_runs: 20,
+                    min_secs: 1.0,
+                    warmup: 3,
+                },
+            }
+        }
+    }
+}
+
+/// Runs `kiln bench`: prints the table, writes the JSON when asked, and fails when a
+/// workload failed its check (after reporting every workload).
+pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
+    let backend = args.backend.resolve()?;
+    let workloads = select(&args.workloads)?;
+    if let Some(path) = &args.json {
+        // fail before a long run, not after it
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.is_dir()) {
+            return Err(BenchError::Json {
+                path: path.display().to_string(),
+                reason: "its folder does not exist".into(),
+            });
+        }
+    }
+    let plan = Plan::new(args.quick);
+
+    let progress = ProgressBar::new(2 + workloads.len() as u64);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {wide_msg}",
+    ) {
+        progress.set_style(style);
+    }
+    progress.enable_steady_tick(Duration::from_millis(120));
+
+    let machine = Machine::detect();
+    let dram_bytes = (plan.dram_len * limits::TRIAD_BYTES_PER_ELEM) as f64;
+    progress.set_message(format!(
+        "memory bandwidth: triad over {}",
+        human_bytes(dram_bytes)
+    ));
+    let dram = triad(plan.dram_len, plan.dram);
+    progress.inc(1);
+    progress.set_message(format!("f32 GEMM peak at {}³", plan.gemm_n));
+    let gemm = limits::gemm(plan.gemm_n, plan.gemm_runs).map_err(|source| BenchError::Limit {
+        what: "GEMM peak",
+        source,
+    })?;
+    progress.inc(1);
+
+    let mut results = Vec::new();
+    for name in &workloads {
+        results.push(bench_one(
+            name,
+            backend,
+            args.quick,
+            &plan,
+            gemm.best_gflops,
+            &progress,
+        ));
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+
+    let report = Report {
+        kiln_version: env!("CARGO_PKG_VERSION").to_string(),
+        machine,
+        limits: Limits {
+            dram_bandwidth_gbs: dram.best_gbs,
+            gemm_gflops: gemm.best_gflops,
+            dram_bandwidth_median_gbs: dram.median_gbs,
+            dram_triad_bytes: dram.bytes,
+            dram_triad_passes: dram.passes,
+            gemm_n: gemm.n,
+            gemm_runs: gemm.runs,
+            threads: rayon::current_num_threads(),
+        },
+        results,
+        quick: args.quick,
+    };
+    print!("{}", report.render());
+    if let Some(path) = &args.json {
+        let json_err = |reason: String| BenchError::Json {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = report.to_json().map_err(|e| json_err(e.to_string()))?;
+        std::fs::write(path, text + "\n").map_err(|e| json_err(e.to_string()))?;
+    }
+    let failed: Vec<String> = report
+        .results
+        .iter()
+        .filter(|r| !r.verified)
+        .map(|r| r.workload.clone())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError::Failed { workloads: failed })
+    }
+}
+
+/// The workloads to run: `given` checked against the zoo, or all of them.
+fn select(given: &[String]) -> Result<Vec<String>, BenchError> {
+    if given.is_empty() {
+        return Ok(models::NAMES.iter().map(|s| s.to_string()).collect());
+    }
+    given
+        .iter()
+        .map(|name| {
+            if models::NAMES.contains(&name.as_str()) {
+                Ok(name.clone())
+            } else {
+                Err(BenchError::UnknownWorkload {
+                    name: name.clone(),
+                    note: if name == "minilm" {
+                        " (minilm is not in kiln's model zoo yet)"
+                    } else {
+                        ""
+                    },
+                    known: models::NAMES.join(", "),
+                })
+            }
+        })
+        .collect()
+}
+
+/// Builds, checks and times one workload; any failure becomes an error row.
+fn bench_one(
+    name: &str,
+    backend: Backend,
+    quick: bool,
+    plan: &Plan,
+    gemm_gflops: f64,
+    progress: &ProgressBar,
+) -> Row {
+    let shape = if quick { quick_shape(name) } else { None };
+    progress.set_message(format!("{name}: building the model and its inputs"));
+    let built = models::build(name, shape).and_then(|m| {
+        let inputs = m.example_inputs(0)?;
+        Ok((m, inputs))
+    });
+    let (model, inputs) = match built {
+        Ok(b) => b,
+        Err(e) => return error_row(name, backend, shape.unwrap_or(&[]), e.to_string()),
+    };
+    let model: &dyn Model = &*model;
+    let bytes = model.bytes();
+    let flops = model.flops();
+    let working_set = match flops {
+        Some(_) => None,
+        None => {
+            progress.set_message(format!(
+                "{name}: triad over its working set ({})",
+                human_bytes(bytes)
+            ));
+            Some(triad(triad_len_for_bytes(bytes), plan.working_set).best_gbs)
+        }
+    };
+    progress.set_message(format!("{name}: eager vs compiled ({backend})"));
+    let measured = measure(model, &inputs, backend, plan.workload);
+    row(
+        model,
+        backend,
+        bytes,
+        flops,
+        working_set,
+        gemm_gflops,
+        measured,
+    )
+}
+
+/// The row of a workload that could not be built.
+fn error_row(name: &str, backend: Backend, shape: &[usize], error: String) -> Row {
+    Row {
+        workload: name.to_string(),
+        backend: backend.name().to_string(),
+        eager_ms: None,
+        compiled_ms: None,
+        speedup: None,
+        gbs: None,
+        gflops: None,
+        fraction_of_limit: None,
+        compile_ms: None,
+        limit: None,
+        verified: false,
+        limit_unit: "GB/s",
+        shape: shape.to_vec(),
+        bytes: 0.0,
+        flops: None,
+        working_set_bandwidth_gbs: None,
+        eager_min_ms: None,
+        eager_max_ms: None,
+        compiled_min_ms: None,
+        compiled_max_ms: None,
+        eager_runs: None,
+        compiled_runs: None,
+        rel_error: None,
+        tolerance: 1e-4,
+        graphs: None,
+        error: Some(error),
+    }
+}
+
+/// A workload's row from its measurements (or its failure).
+fn row(
+    model: &dyn Model,
+    backend: Backend,
+    bytes: f64,
+    flops: Option<f64>,
+    working_set_gbs: Option<f64>,
+    gemm_gflops: f64,
+    measured: Result<Measured, WorkloadError>,
+) -> Row {
+    let (limit, limit_unit) = match flops {
+        Some(_) => (Some(gemm_gflops), "GFLOP/s"),
+        None => (working_set_gbs, "GB/s"),
+    };
+    let mut r = error_row(
+        model.name(),
+        backend,
+        &model.input_shapes().first().cloned().unwrap_or_default(),
+        String::new(),
+    );
+    r.limit = limit;
+    r.limit_unit = limit_unit;
+    r.bytes = bytes;
+    r.flops = flops;
+    r.working_set_bandwidth_gbs = working_set_gbs;
+    r.tolerance = tolerance(model, backend);
+    let m = match measured {
+        Ok(m) => m,
+        Err(e) => {
+            if let WorkloadError::Mismatch { rel_error, .. } = &e {
+                r.rel_error = Some(*rel_error).filter(|e| e.is_finite());
+            }
+            r.error = Some(e.to_string());
+            return r;
+        }
+    };
+    let secs = m.compiled.median_ms / 1e3;
+    let achieved = match flops {
+        Some(f) => f / secs / 1e9,
+        None => bytes / secs / 1e9,
+    };
+    r.error = None;
+    r.verified = true;
+    r.eager_ms = Some(m.eager.median_ms);
+    r.compiled_ms = Some(m.compiled.median_ms);
+    r.speedup = Some(m.eager.median_ms / m.compiled.median_ms);
+    if flops.is_some() {
+        r.gflops = Some(achieved);
+    } else {
+        r.gbs = Some(achieved);
+    }
+    r.fraction_of_limit = limit.map(|l| achieved / l);
+    r.compile_ms = Some(m.compile_ms);
+    r.eager_min_ms = Some(m.eager.min_ms);
+    r.eager_max_ms = Some(m.eager.max_ms);
+    r.compiled_min_ms = Some(m.compiled.min_ms);
+    r.compiled_max_ms = Some(m.compiled.max_ms);
+    r.eager_runs = Some(m.eager.runs);
+    r.compiled_runs = Some(m.compiled.runs);
+    r.rel_error = Some(m.rel_error);
+    r.graphs = Some(m.graphs);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_workload_has_a_quick_shape_that_builds() {
+        for name in models::NAMES {
+            let shape = quick_shape(name).unwrap();
+            assert!(models::build(name, Some(shape)).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_failed_check_is_an_error_row_without_times() {
+        let model = models::build("softmax", Some(&[2, 4])).unwrap();
+        let failure = Err(WorkloadError::Mismatch {
+            output: 0,
+            rel_error: 0.5,
+            tolerance: 1e-4,
+        });
+        let r = row(
+            &*model,
+            Backend::Eager,
+            64.0,
+            None,
+            Some(10.0),
+            100.0,
+            failure,
+        );
+        assert!(!r.verified);
+        assert_eq!(r.workload, "softmax");
+        assert!(r.eager_ms.is_none() && r.compiled_ms.is_none() && r.compile_ms.is_none());
+        assert!(r.gbs.is_none() && r.fraction_of_limit.is_none());
+        assert_eq!(r.rel_error, Some(0.5));
+        assert!(r.error.unwrap().contains("differs from eager"));
+    }
+
+    #[test]
+    fn unknown_names_and_missing_backends_are_errors() {
+        let e = select(&["softmax".into(), "minilm".into()]).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("minilm") && msg.contains("pointwise, layernorm"),
+            "{msg}"
+        );
+        let e = BenchBackend::Cuda.resolve().unwrap_err().to_string();
+        assert!(e.contains("cuda") && e.contains("eager, interp"), "{e}");
+        assert_eq!(select(&[]).unwrap().len(), models::NAMES.len());
+    }
+}

@@ -1,0 +1,301 @@
+//! One workload, eager and compiled: the first compiled call (timed on its own), the check of
+//! the compiled outputs against eager ones, and the timing loop that runs the two in
+//! alternation so that drift of the machine (frequency, neighbours) affects both alike.
+
+use kiln::models::Model;
+use kiln::{compile_with, Backend, CompileOptions, Tensor};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// How much to time: at least `min_runs` runs AND at least `min_secs` seconds per side,
+/// after `warmup` untimed runs per side.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// the fewest timed runs per side
+    pub min_runs: usize,
+    /// the least total time per side, seconds
+    pub min_secs: f64,
+    /// untimed runs per side before timing
+    pub warmup: usize,
+}
+
+/// Statistics of one side's timed runs, milliseconds.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// the median run
+    pub median_ms: f64,
+    /// the fastest run
+    pub min_ms: f64,
+    /// the slowest run
+    pub max_ms: f64,
+    /// runs timed
+    pub runs: usize,
+}
+
+impl Timing {
+    fn from_secs(mut t: Vec<f64>) -> Timing {
+        t.sort_by(f64::total_cmp);
+        let ms = |s: f64| s * 1e3;
+        let n = t.len();
+        let median = if n % 2 == 1 {
+            t[n / 2]
+        } else {
+            0.5 * (t[n / 2 - 1] + t[n / 2])
+        };
+        Timing {
+            median_ms: ms(median),
+            min_ms: ms(t[0]),
+            max_ms: ms(t[n - 1]),
+            runs: n,
+        }
+    }
+}
+
+/// Why a workload has no times.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// building the model, its inputs, or running it eagerly or compiled failed
+    #[error(transparent)]
+    Kiln(#[from] kiln::Error),
+    /// the compiled function returned a different number of outputs than eager mode
+    #[error("compiled returned {got} outputs, eager {expected}")]
+    OutputCount {
+        /// eager's count
+        expected: usize,
+        /// compiled's count
+        got: usize,
+    },
+    /// an output of the compiled function has another shape than eager's
+    #[error("output {output}: compiled shape {got:?}, eager {expected:?}")]
+    Shape {
+        /// the output's index
+        output: usize,
+        /// eager's shape
+        expected: Vec<usize>,
+        /// compiled's shape
+        got: Vec<usize>,
+    },
+    /// an output of the compiled function is too far from eager's
+    #[error(
+        "output {output}: compiled differs from eager by {rel_error:.3e} (relative L2), \
+         tolerance {tolerance:.0e}"
+    )]
+    Mismatch {
+        /// the output's index
+        output: usize,
+        /// `‖compiled − eager‖₂ / ‖eager‖₂` (NaN when either has non-finite values)
+        rel_error: f64,
+        /// the largest error accepted
+        tolerance: f64,
+    },
+}
+
+/// The measurements of one verified workload.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    /// the first compiled call (trace + compile + one run), ms
+    pub compile_ms: f64,
+    /// eager calls of the model's forward
+    pub eager: Timing,
+    /// calls of the compiled function (cache hits)
+    pub compiled: Timing,
+    /// the largest relative L2 error of an output, compiled vs eager
+    pub rel_error: f64,
+    /// graphs the compiled function holds (more than one: graph breaks)
+    pub graphs: u64,
+}
+
+/// The tolerance of the compiled-vs-eager check: relative L2 `1e-4`, and `1e-3` for
+/// matmul workloads on the interpreter (f64 accumulation against eager's f32 GEMM).
+pub fn tolerance(model: &dyn Model, backend: Backend) -> f64 {
+    if backend == Backend::Interp && model.flops().is_some() {
+        1e-3
+    } else {
+        1e-4
+    }
+}
+
+/// Compiles `model.forward` with `backend`, times the first call, checks its outputs against
+/// eager ones, then times eager and compiled calls in alternation.
+pub fn measure(
+    model: &dyn Model,
+    inputs: &[Tensor],
+    backend: Backend,
+    budget: Budget,
+) -> Result<Measured, WorkloadError> {
+    let eager = |xs: &[Tensor]| model.forward(xs);
+    let compiled = compile_with(
+        |xs: &[Tensor]| model.forward(xs),
+        CompileOptions::default()
+            .backend(backend)
+            .name(model.name()),
+    );
+
+    let start = Instant::now();
+    let first = compiled.call(inputs)?;
+    let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+    let reference = eager(inputs)?;
+    let rel_error = check(&reference, &first, tolerance(model, backend))?;
+    drop((first, reference));
+
+    let (eager_t, compiled_t) = alternate(
+        budget,
+        || eager(inputs).map(drop),
+        || compiled.call(inputs).map(drop),
+    )?;
+    Ok(Measured {
+        compile_ms,
+        eager: eager_t,
+        compiled: compiled_t,
+        rel_error,
+        graphs: compiled.stats().compiles,
+    })
+}
+
+/// The largest relative L2 error over the outputs, or the first that is over `tolerance`.
+fn check(eager: &[Tensor], compiled: &[Tensor], tolerance: f64) -> Result<f64, WorkloadError> {
+    if eager.len() != compiled.len() {
+        return Err(WorkloadError::OutputCount {
+            expected: eager.len(),
+            got: compiled.len(),
+        });
+    }
+    let mut worst = 0.0f64;
+    for (output, (e, c)) in eager.iter().zip(compiled).enumerate() {
+        if e.shape() != c.shape() {
+            return Err(WorkloadError::Shape {
+                output,
+                expected: e.shape().to_vec(),
+                got: c.shape().to_vec(),
+            });
+        }
+        let rel_error = relative_l2(&e.to_vec_f64()?, &c.to_vec_f64()?);
+        if rel_error.is_nan() || rel_error > tolerance {
+            return Err(WorkloadError::Mismatch {
+                output,
+                rel_error,
+                tolerance,
+            });
+        }
+        worst = worst.max(rel_error);
+    }
+    Ok(worst)
+}
+
+/// `‖got − want‖₂ / ‖want‖₂` (the plain norm of the difference when `want` is all zeros);
+/// NaN when a value is not finite.
+pub fn relative_l2(want: &[f64], got: &[f64]) -> f64 {
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for (w, g) in want.iter().zip(got) {
+        if !w.is_finite() || !g.is_finite() {
+            return f64::NAN;
+        }
+        diff += (w - g) * (w - g);
+        norm += w * w;
+    }
+    if norm > 0.0 {
+        (diff / norm).sqrt()
+    } else {
+        diff.sqrt()
+    }
+}
+
+/// Times `a` and `b` in alternation (`a b`, then `b a`, ...) after `budget.warmup` untimed
+/// runs of each, until each side has at least `budget.min_runs` runs and `budget.min_secs`
+/// seconds.
+pub fn alternate<E>(
+    budget: Budget,
+    mut a: impl FnMut() -> Result<(), E>,
+    mut b: impl FnMut() -> Result<(), E>,
+) -> Result<(Timing, Timing), E> {
+    for _ in 0..budget.warmup {
+        a()?;
+        b()?;
+    }
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let (mut sa, mut sb) = (0.0, 0.0);
+    let min_runs = budget.min_runs.max(1);
+    let mut i = 0usize;
+    while ta.len() < min_runs || sa < budget.min_secs || sb < budget.min_secs {
+        let (x, y) = if i.is_multiple_of(2) {
+            let x = time(&mut a)?;
+            (x, time(&mut b)?)
+        } else {
+            let y = time(&mut b)?;
+            (time(&mut a)?, y)
+        };
+        sa += x;
+        sb += y;
+        ta.push(x);
+        tb.push(y);
+        i += 1;
+    }
+    Ok((Timing::from_secs(ta), Timing::from_secs(tb)))
+}
+
+/// Seconds one call of `f` takes.
+fn time<E>(f: &mut impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    let start = Instant::now();
+    black_box(f()?);
+    Ok(start.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_statistics() {
+        let t = Timing::from_secs(vec![0.003, 0.001, 0.002, 0.004]);
+        assert_eq!(t.runs, 4);
+        assert!((t.median_ms - 2.5).abs() < 1e-9);
+        assert!((t.min_ms - 1.0).abs() < 1e-9);
+        assert!((t.max_ms - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn alternation_meets_the_budget() {
+        let budget = Budget {
+            min_runs: 7,
+            min_secs: 0.0,
+            warmup: 2,
+        };
+        let (mut na, mut nb) = (0, 0);
+        let (ta, tb) = alternate::<()>(
+            budget,
+            || {
+                na += 1;
+                Ok(())
+            },
+            || {
+                nb += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!((ta.runs, tb.runs), (7, 7));
+        assert_eq!((na, nb), (9, 9));
+    }
+
+    #[test]
+    fn relative_error() {
+        assert_eq!(relative_l2(&[3.0, 4.0], &[3.0, 4.0]), 0.0);
+        assert!((relative_l2(&[3.0, 4.0], &[3.0, 4.5]) - 0.1).abs() < 1e-12);
+        assert!(relative_l2(&[1.0], &[f64::NAN]).is_nan());
+        assert_eq!(relative_l2(&[0.0], &[0.0]), 0.0);
+    }
+
+    #[test]
+    fn a_workload_verifies() {
+        let model = kiln::models::build("softmax", Some(&[4, 8])).unwrap();
+        let inputs = model.example_inputs(0).unwrap();
+        let budget = Budget {
+            min_runs: 3,
+            min_secs: 0.0,
+            warmup: 1,
+        };
+        let m = measure(&*model, &inputs, Backend::Eager, budget).unwrap();
+        assert!(m.rel_error <= 1e-4);
+        assert_eq!((m.eager.runs, m.compiled.runs), (3, 3));
+    }
+}

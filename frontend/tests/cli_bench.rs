@@ -1,0 +1,139 @@
+//! `kiln bench` end to end: a quick run on two workloads writes JSON of the documented
+//! shape with every result verified (the times themselves are not checked), and bad
+//! arguments fail with messages that name the valid choices.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn kiln(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .expect("run kiln");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// A positive, finite number.
+fn positive(v: &Value, what: &str) -> f64 {
+    let x = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x.is_finite() && x > 0.0, "{what} = {x}");
+    x
+}
+
+#[test]
+fn quick_bench_writes_verified_json() {
+    let dir = std::env::temp_dir().join(format!("kiln-cli-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("bench.json");
+    let (ok, out, err) = kiln(&[
+        "bench",
+        "--quick",
+        "--workload",
+        "softmax",
+        "--workload",
+        "mlp",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("softmax") && out.contains("mlp"), "{out}");
+    assert!(out.contains("machine:") && out.contains("limits:"), "{out}");
+
+    let text = std::fs::read_to_string(&json).unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    for key in ["kiln_version", "machine", "limits", "results"] {
+        assert!(doc.get(key).is_some(), "missing {key}: {text}");
+    }
+    assert!(!doc["kiln_version"].as_str().unwrap().is_empty());
+
+    let machine = &doc["machine"];
+    assert!(!machine["cpu"].as_str().unwrap().is_empty());
+    assert!(machine["cores"].as_u64().unwrap() >= 1);
+    assert!(machine["isa"].is_array());
+
+    positive(&doc["limits"]["dram_bandwidth_gbs"], "dram_bandwidth_gbs");
+    positive(&doc["limits"]["gemm_gflops"], "gemm_gflops");
+
+    let results = doc["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["softmax", "mlp"]);
+    let keys = [
+        "workload",
+        "backend",
+        "eager_ms",
+        "compiled_ms",
+        "speedup",
+        "gbs",
+        "gflops",
+        "fraction_of_limit",
+        "compile_ms",
+        "limit",
+        "verified",
+    ];
+    for r in results {
+        let w = r["workload"].as_str().unwrap();
+        for key in keys {
+            assert!(r.get(key).is_some(), "{w}: missing {key}");
+        }
+        assert_eq!(r["backend"], "eager");
+        assert_eq!(r["verified"], true, "{w}: {r}");
+        for key in keys {
+            if key != "workload" && key != "backend" && key != "verified" && !r[key].is_null() {
+                positive(&r[key], &format!("{w}.{key}"));
+            }
+        }
+        for key in [
+            "eager_ms",
+            "compiled_ms",
+            "speedup",
+            "fraction_of_limit",
+            "compile_ms",
+            "limit",
+        ] {
+            assert!(!r[key].is_null(), "{w}.{key} is null");
+        }
+    }
+    let (softmax, mlp) = (&results[0], &results[1]);
+    assert!(softmax["gflops"].is_null());
+    positive(&softmax["gbs"], "softmax.gbs");
+    assert!(mlp["gbs"].is_null());
+    positive(&mlp["gflops"], "mlp.gflops");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn missing_backends_name_the_available_ones() {
+    for backend in ["cpu", "cuda"] {
+        let (ok, _, err) = kiln(&["bench", "--quick", "--backend", backend]);
+        assert!(!ok);
+        assert!(err.contains(backend), "{err}");
+        assert!(err.contains("eager") && err.contains("interp"), "{err}");
+    }
+}
+
+#[test]
+fn unknown_workloads_list_the_names() {
+    let (ok, _, err) = kiln(&["bench", "--quick", "--workload", "resnet"]);
+    assert!(!ok);
+    assert!(err.contains("resnet"), "{err}");
+    for name in [
+        "pointwise",
+        "layernorm",
+        "softmax",
+        "reduce",
+        "mlp",
+        "block",
+        "tiny",
+    ] {
+        assert!(err.contains(name), "{err}");
+    }
+}
