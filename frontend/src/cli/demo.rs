@@ -84,5 +84,21 @@ fn compile_tour() -> Result<(), CliError> {
     };
     let report = kiln::explain(with_item, &Tensor::randn(&[3, 4], DType::F32, 1)?)?;
     print!("{report}");
+    passes_tour()
+}
+
+/// The optimiser on the zoo's softmax: decomposed into primitives, then fused back by the
+/// e-graph into one row kernel.
+fn passes_tour() -> Result<(), CliError> {
+    use kiln_passes::pipeline::{run_passes, PassOptions};
+    println!("\n== the passes: softmax decomposed, then fused into kernels by the e-graph ==");
+    let model = kiln::models::build("softmax", Some(&[64, 1000]))?;
+    let compiled = kiln::compile(|xs: &[Tensor]| model.forward(xs));
+    let traced = compiled.capture(&model.example_inputs(0)?)?;
+    let opts = PassOptions::default();
+    let decomposed = run_passes(&traced[0], &["decompose"], &opts, true)?;
+    print!("{decomposed}");
+    let fused = run_passes(&decomposed, &["fuse"], &opts, true)?;
+    print!("{}", kiln_passes::schedule::schedule(&fused)?);
     Ok(())
 }
