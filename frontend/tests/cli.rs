@@ -1,28 +1,9 @@
 //! The `kiln` binary end to end: dump, run on both backends, safetensors in and out,
 //! and errors with line:column and a non-zero exit.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-fn kiln(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .expect("run kiln");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-fn tmp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
+use common::{kiln, tmp};
 
 const MLP: &str = "graph @mlp(%x: f32[B,3], %w: f32[3,2]) -> f32[B,2] {
   %0 = matmul %x, %w                       : f32[B,2]

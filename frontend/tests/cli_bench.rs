@@ -2,20 +2,10 @@
 //! shape with every result verified (the times themselves are not checked), and bad
 //! arguments fail with messages that name the valid choices.
 
-use serde_json::Value;
-use std::process::Command;
+mod common;
 
-fn kiln(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .expect("run kiln");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+use common::kiln;
+use serde_json::Value;
 
 /// A positive, finite number.
 fn positive(v: &Value, what: &str) -> f64 {

@@ -1,21 +1,9 @@
 //! The CLI's view of `kiln::compile`: `kiln dump --model NAME --stage traced` and
 //! `KILN_LOGS`.
 
-use std::process::Command;
+mod common;
 
-fn kiln(args: &[&str], logs: Option<&str>) -> (bool, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
-    cmd.args(args).env_remove("KILN_LOGS");
-    if let Some(l) = logs {
-        cmd.env("KILN_LOGS", l);
-    }
-    let out = cmd.output().expect("run kiln");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+use common::{kiln_with_logs as kiln, tmp};
 
 #[test]
 fn dump_model_prints_the_traced_graph_in_the_text_format() {
@@ -91,14 +79,6 @@ const SOFTMAX: &str = "graph @softmax(%x: f32[B,33]) -> f32[B,33] {
   return %0
 }
 ";
-
-fn tmp(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-cli-compile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
 
 #[test]
 fn dump_stages_of_a_file_and_of_a_model() {
