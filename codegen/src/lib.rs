@@ -1,5 +1,11 @@
-//! kiln's code generators: loop nests, Cranelift CPU code and CUDA C through NVRTC.
-//!
-//! Empty for now: the CPU and CUDA backend issues fill it. Nothing here pretends to work yet.
+//! kiln's code generators: kernel groups lowered to loop nests ([`loops`]), then to machine
+//! code by Cranelift ([`cpu`]).
 
 #![warn(missing_docs)]
+
+pub mod cpu;
+mod error;
+pub mod logging;
+pub mod loops;
+
+pub use error::CodegenError;

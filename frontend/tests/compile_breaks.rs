@@ -6,17 +6,24 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn(shape, DType::F32, seed).unwrap()
 }
 
+/// Compiled must equal eager within f32 tolerance (the cpu backend's generated code may
+/// round differently and sums in another order: 1e-4 relative, 1e-5 absolute); NaN
+/// matches NaN. The generated code's own accuracy is tested op by op with tighter bounds in
+/// tests/tests/cpu_differential.rs.
 fn assert_same(compiled: &Tensor, eager: &Tensor) {
     assert_eq!(compiled.shape(), eager.shape());
-    assert_eq!(
-        compiled.to_vec_f64().unwrap(),
-        eager.to_vec_f64().unwrap(),
-        "compiled vs eager"
-    );
+    let (a, b) = (compiled.to_vec_f64().unwrap(), eager.to_vec_f64().unwrap());
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-4 * y.abs() + 1e-5,
+            "element {i}: compiled {x} vs eager {y}"
+        );
+    }
 }
 
 /// The line of the `item()` call in `with_item` (checked against the reported location).
-const ITEM_LINE: u32 = 24;
+const ITEM_LINE: u32 = 31;
 
 fn with_item(x: &Tensor) -> Result<Tensor> {
     let h = (x * 2.0)?.exp()?;

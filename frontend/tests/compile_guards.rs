@@ -7,14 +7,17 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
     Tensor::randn(shape, DType::F32, seed).unwrap()
 }
 
-/// Compiled (eager backend) must equal eager bit for bit: the same kernels run.
+/// Compiled must equal eager within f32 tolerance (the cpu backend's generated code may
+/// round differently and sums in another order: 1e-4 relative, 1e-5 absolute); NaN
+/// matches NaN. The generated code's own accuracy is tested op by op with tighter bounds in
+/// tests/tests/cpu_differential.rs.
 fn assert_same(compiled: &Tensor, eager: &Tensor) {
     assert_eq!(compiled.shape(), eager.shape());
     assert_eq!(compiled.dtype(), eager.dtype());
     let (a, b) = (compiled.to_vec_f64().unwrap(), eager.to_vec_f64().unwrap());
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
         assert!(
-            x == y || (x.is_nan() && y.is_nan()),
+            x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-4 * y.abs() + 1e-5,
             "element {i}: compiled {x} vs eager {y}"
         );
     }

@@ -17,6 +17,7 @@ mod error;
 mod exec;
 mod iter;
 mod kernels;
+mod raw;
 mod storage;
 mod tensor;
 
@@ -24,5 +25,7 @@ pub use alloc::{allocator_stats, empty_cache, AllocStats};
 pub use element::Element;
 pub use error::RuntimeError;
 pub use exec::{execute, execute_inplace, EagerArg};
+pub use kernels::matmul::{matmul_into, RowEpilogue};
+pub use raw::ReadLock;
 pub use storage::Storage;
 pub use tensor::CpuTensor;

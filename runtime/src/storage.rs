@@ -96,6 +96,15 @@ impl Storage {
         Self::from_block(block, len, T::DTYPE)
     }
 
+    /// A storage of `len` elements of `dtype` whose bytes are not initialised (see
+    /// [`CpuTensor::uninit`](crate::CpuTensor::uninit) for the contract).
+    pub(crate) fn uninit(dtype: DType, len: usize) -> Storage {
+        let nbytes = len
+            .checked_mul(dtype.size_bytes())
+            .expect("tensor size overflows usize");
+        Self::from_block(Block::new(nbytes, false), len, dtype)
+    }
+
     /// A storage of `len` zeros (false, 0, +0.0) of `dtype`.
     pub(crate) fn zeros(dtype: DType, len: usize) -> Storage {
         let nbytes = len
@@ -147,6 +156,14 @@ impl Storage {
     /// The address of the first element (for identity comparisons and lock ordering).
     pub(crate) fn addr(&self) -> usize {
         self.buf.data_ptr() as usize
+    }
+
+    /// The address of the first element (for generated code; see
+    /// [`CpuTensor::data_ptr`](crate::CpuTensor::data_ptr)).
+    pub(crate) fn elements_ptr(&self) -> *mut u8 {
+        // SAFETY: `block` is set at construction and never changes, so reading the
+        // pointer without the lock races with no writer.
+        unsafe { (*self.buf.data_ptr()).block.as_ptr() }
     }
 
     /// A shared guard over the elements (recursive: a thread may hold several).

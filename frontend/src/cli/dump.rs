@@ -14,7 +14,11 @@ pub fn dump(file: &Path, stage: Stage) -> Result<(), CliError> {
 /// Prints graphs after the passes that lead to `stage`.
 fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
     use kiln_passes::pipeline::{run_passes, stage_passes, PassOptions};
-    let passes = stage_passes(stage.name()).ok_or("unknown stage")?;
+    let pipeline = match stage {
+        Stage::Loops | Stage::Clif => "scheduled",
+        s => s.name(),
+    };
+    let passes = stage_passes(pipeline).ok_or("unknown stage")?;
     let opts = PassOptions::default();
     let mut out = Vec::new();
     for g in graphs {
@@ -23,6 +27,13 @@ fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
     if stage == Stage::Scheduled {
         for g in &out {
             print!("{}", kiln_passes::schedule::schedule(g)?);
+        }
+    } else if matches!(stage, Stage::Loops | Stage::Clif) {
+        for g in &out {
+            let s = kiln_passes::schedule::schedule(g)?;
+            let text = kiln_codegen::cpu::dump::describe(&s, stage == Stage::Clif)
+                .map_err(|e| e.to_string())?;
+            print!("{text}");
         }
     } else {
         print!("{}", kiln::ir::text::print_module(&out));

@@ -96,6 +96,10 @@ pub enum Stage {
     Optimized,
     /// kernel groups with iteration spaces, reads, writes and the memory plan
     Scheduled,
+    /// the cpu backend's loop nest of each kernel group
+    Loops,
+    /// the Cranelift IR of each generated kernel
+    Clif,
 }
 
 impl Stage {
@@ -106,6 +110,8 @@ impl Stage {
             Stage::Decomposed => "decomposed",
             Stage::Optimized => "optimized",
             Stage::Scheduled => "scheduled",
+            Stage::Loops => "loops",
+            Stage::Clif => "clif",
         }
     }
 }

@@ -1,8 +1,14 @@
-//! Backends: what a captured graph is compiled into. Until the code generators land, the
-//! `eager` backend runs the graph node by node with the runtime's kernels (a precomputed
-//! step list, no per-call graph walking) and `interp` runs it on the IR interpreter.
+//! Backends: what a captured graph is compiled into. `cpu` (the default) runs the pass
+//! pipeline (decompose, e-graph fusion, schedule) and generates machine code for each kernel
+//! group with Cranelift; `eager` runs the graph node by node with the runtime's kernels (a
+//! precomputed step list, no per-call graph walking); `interp` runs it on the IR
+//! interpreter.
 
 use crate::error::{Error, Result};
+use kiln_codegen::cpu::CpuPlan;
+use kiln_codegen::CodegenError;
+use kiln_passes::pipeline::{run_passes, PassOptions};
+use kiln_passes::schedule::schedule;
 use kiln_ir::interp::{eval, Value};
 use kiln_ir::{Arg, Dim, Graph, Op};
 use kiln_runtime::{execute, CpuTensor, EagerArg};
@@ -13,8 +19,10 @@ use std::str::FromStr;
 /// Where compiled graphs run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Backend {
-    /// the captured graph run op by op with the eager kernels (the fastest available now)
+    /// generated code: the pass pipeline, then Cranelift machine code per kernel group
     #[default]
+    Cpu,
+    /// the captured graph run op by op with the eager kernels
     Eager,
     /// the IR interpreter (the oracle: slow, f64 inside)
     Interp,
@@ -24,6 +32,7 @@ impl Backend {
     /// The backend's name as the CLI spells it.
     pub fn name(self) -> &'static str {
         match self {
+            Backend::Cpu => "cpu",
             Backend::Eager => "eager",
             Backend::Interp => "interp",
         }
@@ -35,9 +44,11 @@ impl Backend {
         false
     }
 
-    /// Compiles `g` (already verified) into something that runs.
-    pub(crate) fn compile(self, g: &Graph) -> Result<Box<dyn Executable>> {
+    /// Compiles `g` (already verified) into something that runs; `fusion: false` keeps
+    /// every op its own kernel (the cpu backend only).
+    pub(crate) fn compile(self, g: &Graph, fusion: bool) -> Result<Box<dyn Executable>> {
         Ok(match self {
+            Backend::Cpu => Box::new(CpuExecutable::new(g, fusion)?),
             Backend::Eager => Box::new(EagerPlan::new(g)),
             Backend::Interp => Box::new(InterpPlan { graph: g.clone() }),
         })
@@ -54,10 +65,11 @@ impl FromStr for Backend {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Backend, String> {
         match s {
+            "cpu" => Ok(Backend::Cpu),
             "eager" => Ok(Backend::Eager),
             "interp" => Ok(Backend::Interp),
             other => Err(format!(
-                "unknown backend `{other}` (expected eager or interp)"
+                "unknown backend `{other}` (expected cpu, eager or interp)"
             )),
         }
     }
@@ -241,5 +253,41 @@ impl Executable for InterpPlan {
         outs.iter()
             .map(|v| Ok(CpuTensor::from_f64(&v.data, &v.shape, v.dtype)?))
             .collect()
+    }
+}
+
+/// The cpu backend's compiled form: a plan of generated kernels.
+pub(crate) struct CpuExecutable {
+    plan: CpuPlan,
+}
+
+impl CpuExecutable {
+    fn new(g: &Graph, fusion: bool) -> Result<CpuExecutable> {
+        let err = |reason: String| Error::Compile {
+            function: g.name().to_string(),
+            reason,
+        };
+        let passes: &[&str] = if fusion {
+            &["decompose", "fuse"]
+        } else {
+            &["decompose"]
+        };
+        let opt = run_passes(g, passes, &PassOptions::default(), false)
+            .map_err(|e| err(e.to_string()))?;
+        let s = schedule(&opt).map_err(|e| err(e.to_string()))?;
+        let plan = CpuPlan::new(&s).map_err(|e| err(e.to_string()))?;
+        Ok(CpuExecutable { plan })
+    }
+}
+
+impl Executable for CpuExecutable {
+    fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        self.plan.run(inputs).map_err(|e| match e {
+            CodegenError::Runtime { source, .. } => Error::Runtime(source),
+            other => Error::Compile {
+                function: self.plan.name().to_string(),
+                reason: other.to_string(),
+            },
+        })
     }
 }

@@ -67,6 +67,8 @@ pub struct CompileOptions {
     pub name: String,
     /// `(argument, dim)` pairs compiled as symbols from the start
     pub mark_dynamic: Vec<(usize, usize)>,
+    /// fuse ops into kernel groups (the cpu backend); off, every op is its own kernel
+    pub fusion: bool,
 }
 
 impl Default for CompileOptions {
@@ -78,6 +80,7 @@ impl Default for CompileOptions {
             cache_limit: 8,
             name: "compiled".into(),
             mark_dynamic: Vec::new(),
+            fusion: true,
         }
     }
 }
@@ -86,6 +89,12 @@ impl CompileOptions {
     /// Sets the backend.
     pub fn backend(mut self, backend: Backend) -> Self {
         self.backend = backend;
+        self
+    }
+
+    /// Turns fusion on or off (off: every op is its own kernel).
+    pub fn fusion(mut self, fusion: bool) -> Self {
+        self.fusion = fusion;
         self
     }
 

@@ -480,3 +480,173 @@ fn linear_float<T: GemmT>(x: &CpuTensor, w: &CpuTensor, bias: Option<&CpuTensor>
     });
     CpuTensor::from_storage(s, &[m, n])
 }
+
+/// A hook run over blocks of output rows right after they are computed (while they are
+/// still in cache): `(first_row, rows)` over the rows of the output viewed as a matrix of
+/// `batch·m` rows of `n` elements. Blocks may run on several threads at once.
+pub type RowEpilogue<'a> = &'a (dyn Fn(usize, usize) + Sync);
+
+/// Rows per epilogue block: about 256 KiB of output, so a block stays in L2.
+fn rows_per_block(n: usize) -> usize {
+    ((256 << 10) / (4 * n.max(1))).clamp(8, 1 << 20)
+}
+
+/// `out = a @ b` for f32 operands (torch.matmul shapes, strided operands read in place)
+/// into `out`, a contiguous tensor of the result's shape that shares storage with neither
+/// operand; then `epilogue` over each block of output rows. Large problems are split into
+/// row blocks computed in parallel, each followed by its epilogue.
+pub fn matmul_into(
+    a: &CpuTensor,
+    b: &CpuTensor,
+    out: &CpuTensor,
+    epilogue: Option<RowEpilogue<'_>>,
+) -> Result<(), RuntimeError> {
+    let shapes = [a.shape(), b.shape(), out.shape()];
+    if [a.dtype(), b.dtype(), out.dtype()] != [DType::F32; 3] {
+        return Err(RuntimeError::unsupported(
+            "matmul_into",
+            &shapes,
+            "operands and output must be f32",
+        ));
+    }
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(RuntimeError::unsupported(
+            "matmul_into",
+            &shapes,
+            "operands must have rank ≥ 1",
+        ));
+    }
+    let (a2, b2) = as_matrices(a, b);
+    let g = geometry(&a2, &b2);
+    if a2.shape()[a2.rank() - 1] != b2.shape()[b2.rank() - 2]
+        || out.numel() != g.nb * g.m * g.n
+        || !out.is_contiguous()
+    {
+        return Err(RuntimeError::unsupported(
+            "matmul_into",
+            &shapes,
+            "the output must be contiguous with the result's element count",
+        ));
+    }
+    if out.shares_storage(a) || out.shares_storage(b) {
+        return Err(RuntimeError::unsupported(
+            "matmul_into",
+            &shapes,
+            "the output shares storage with an operand",
+        ));
+    }
+    let (ga, gb) = (a.storage().guard(), b.storage().guard());
+    let (pa, pb) = (ga.slice::<f32>().as_ptr(), gb.slice::<f32>().as_ptr());
+    let dst = out.data_ptr() as *mut f32;
+    let batch = &g.shape[..g.shape.len() - 2];
+    let (m, n, k) = (g.m, g.n, g.k);
+    // One tall matrix when every batch item shares b and a's batch rows are evenly spaced.
+    let a_batched_fully = a2.shape()[..a2.rank() - 2].iter().product::<usize>() == g.nb;
+    let fold = if g.nb > 1 && g.sb.iter().all(|&s| s == 0) && a_batched_fully {
+        folded_row_stride(&a2)
+    } else {
+        None
+    };
+    let (items, rows, a_rs) = match fold {
+        Some(rs) => (1, g.nb * m, rs),
+        None => (g.nb, m, g.a_rs),
+    };
+    let base_a = MatRef {
+        ptr: pa,
+        rs: a_rs,
+        cs: g.a_cs,
+    };
+    let base_b = MatRef {
+        ptr: pb,
+        rs: g.b_rs,
+        cs: g.b_cs,
+    };
+    let mats = |bi: usize| {
+        let (oa, ob) = if fold.is_some() {
+            (a2.ioffset(), b2.ioffset())
+        } else {
+            batch_offsets(bi, batch, (&g.sa, &g.sb), (a2.ioffset(), b2.ioffset()))
+        };
+        (base_a.at(oa), base_b.at(ob))
+    };
+    let dst = SendPtr(dst);
+    // (batch item, first row, rows) blocks; each one is a gemm then its epilogue
+    let block = rows_per_block(n);
+    let threads = rayon::current_num_threads();
+    let big = rows.saturating_mul(n).saturating_mul(k).saturating_mul(items) >= PAR_FLOPS;
+    let run_block = |bi: usize, r0: usize, nr: usize, par: Parallelism| {
+        let (ma, mb) = mats(bi);
+        let d = dst;
+        // SAFETY: the operands' layouts are in bounds of their storages (checked when the
+        // views were made) and their read guards are held; `out` is contiguous with
+        // items·rows·n elements, and each block writes its own rows of it.
+        unsafe {
+            gemm_into(
+                d.0.wrapping_add((bi * rows + r0) * n),
+                n as isize,
+                nr,
+                n,
+                k,
+                ma.at(r0 as isize * a_rs),
+                mb,
+                false,
+                par,
+            )
+        };
+        if let Some(e) = epilogue {
+            let first = bi * rows + r0;
+            let mut r = 0;
+            while r < nr {
+                let c = block.min(nr - r);
+                e(first + r, c);
+                r += c;
+            }
+        }
+    };
+    if !big || threads == 1 {
+        for bi in 0..items {
+            run_block(bi, 0, rows, Parallelism::None);
+        }
+    } else if items >= threads {
+        (0..items)
+            .into_par_iter()
+            .for_each(|bi| run_block(bi, 0, rows, Parallelism::None));
+    } else {
+        // Few matrices: gemm's own threads, then the epilogue over row blocks in parallel.
+        for bi in 0..items {
+            let (ma, mb) = mats(bi);
+            // SAFETY: as above; item bi owns rows [bi·rows, (bi+1)·rows) of out.
+            unsafe {
+                gemm_into(
+                    dst.0.wrapping_add(bi * rows * n),
+                    n as isize,
+                    rows,
+                    n,
+                    k,
+                    ma,
+                    mb,
+                    false,
+                    Parallelism::Rayon(0),
+                )
+            };
+        }
+        if let Some(e) = epilogue {
+            let total = items * rows;
+            let blocks = total.div_ceil(block);
+            (0..blocks).into_par_iter().for_each(|i| {
+                let r0 = i * block;
+                e(r0, block.min(total - r0));
+            });
+        }
+    }
+    out.storage().bump_version();
+    Ok(())
+}
+
+/// A pointer to the output, shared by the blocks that write disjoint rows of it.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: blocks write disjoint rows; the pointer outlives the parallel region.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}

@@ -44,8 +44,8 @@ pub struct BenchArgs {
     /// layernorm, softmax, reduce, mlp, block, tiny)
     #[arg(long = "workload", value_name = "NAME", value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// the backend the workloads are compiled with (cpu and cuda are not built yet)
-    #[arg(long, value_enum, default_value_t = BenchBackend::Eager)]
+    /// the backend the workloads are compiled with (cuda is not built yet)
+    #[arg(long, value_enum, default_value_t = BenchBackend::Cpu)]
     pub backend: BenchBackend,
     /// also write every figure, the machine and the kiln version to this JSON file
     #[arg(long, value_name = "FILE")]
@@ -62,7 +62,7 @@ pub enum BenchBackend {
     Eager,
     /// the IR interpreter (f64 inside, slow: the oracle)
     Interp,
-    /// generated CPU code (not available yet)
+    /// generated CPU code (Cranelift)
     Cpu,
     /// generated CUDA code (not available yet)
     Cuda,
@@ -84,7 +84,8 @@ impl BenchBackend {
         match self {
             BenchBackend::Eager => Ok(Backend::Eager),
             BenchBackend::Interp => Ok(Backend::Interp),
-            BenchBackend::Cpu | BenchBackend::Cuda => Err(BenchError::BackendUnavailable {
+            BenchBackend::Cpu => Ok(Backend::Cpu),
+            BenchBackend::Cuda => Err(BenchError::BackendUnavailable {
                 backend: self.name(),
                 available: AVAILABLE_BACKENDS.join(", "),
             }),
@@ -93,7 +94,7 @@ impl BenchBackend {
 }
 
 /// The backends a compiled function can run on today.
-pub const AVAILABLE_BACKENDS: &[&str] = &["eager", "interp"];
+pub const AVAILABLE_BACKENDS: &[&str] = &["cpu", "eager", "interp"];
 
 /// Why `kiln bench` failed.
 #[derive(Debug, thiserror::Error)]

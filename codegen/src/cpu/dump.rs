@@ -1,0 +1,78 @@
+//! The text of the CPU backend's stages: loop nests (`kiln dump --stage loops`) and
+//! Cranelift IR (`--stage clif`), kernel by kernel.
+
+use super::emit::{InnerAccess, Spec};
+use super::jit::clif_text;
+use super::plan::{CpuKernel, CpuPlan};
+use crate::error::CodegenError;
+use crate::loops::{LoopNest, Role};
+use kiln_passes::schedule::Schedule;
+use std::fmt::Write;
+
+/// The specialisation a nest gets when every tensor is contiguous and no dims collapse.
+pub fn default_spec(nest: &LoopNest) -> Spec {
+    let inner = nest.inner();
+    let access = nest
+        .buffers
+        .iter()
+        .map(|b| {
+            let on_inner = |i: &Option<usize>| inner.is_some() && *i == inner;
+            match b.index.last() {
+                Some(i) if on_inner(i) => InnerAccess::Contiguous,
+                _ if b.index.iter().any(on_inner) => InnerAccess::Strided,
+                _ => InnerAccess::Broadcast,
+            }
+        })
+        .collect();
+    Spec {
+        outer: nest.dims.len().saturating_sub(1),
+        access,
+    }
+}
+
+/// The loop nests (or, with `clif`, the Cranelift IR at [`default_spec`]) of every kernel
+/// of a schedule, each after a comment line saying how the kernel runs.
+pub fn describe(s: &Schedule, clif: bool) -> Result<String, CodegenError> {
+    let plan = CpuPlan::new(s)?;
+    let mut out = String::new();
+    let show = |out: &mut String, nest: &LoopNest| -> Result<(), CodegenError> {
+        if clif {
+            let spec = default_spec(nest);
+            let _ = writeln!(out, "; {} at {:?}", nest.name, spec);
+            out.push_str(&clif_text(nest, &spec)?);
+            out.push('\n');
+        } else {
+            let _ = writeln!(out, "{nest}");
+        }
+        Ok(())
+    };
+    for (name, k) in plan.kernels() {
+        match k {
+            CpuKernel::Nest(n) => {
+                let _ = writeln!(out, "# kernel {name}: generated loop nest");
+                show(&mut out, &n.nest)?;
+            }
+            CpuKernel::Matmul(m) => {
+                let _ = writeln!(
+                    out,
+                    "# kernel {name}: gemm{}",
+                    if m.epilogue_nest().is_some() {
+                        ", then the epilogue over each block of output rows"
+                    } else {
+                        ""
+                    }
+                );
+                if let Some(n) = m.epilogue_nest() {
+                    show(&mut out, n)?;
+                } else {
+                    out.push('\n');
+                }
+            }
+            CpuKernel::Eager(e) => {
+                let _ = writeln!(out, "# kernel {name}: eager kernels ({})\n", e.reason);
+            }
+        }
+    }
+    let _ = Role::Input;
+    Ok(out)
+}

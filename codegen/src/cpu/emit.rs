@@ -1,0 +1,603 @@
+//! Loop nest to Cranelift IR.
+//!
+//! The generated function walks a range of rows (the outer dims, collapsed at run time and
+//! linearised; the row's multi-index is recovered by division only when more than one outer
+//! dim is left) and, in each row, runs the nest's phases: row values as scalars, and inner
+//! loops as an F32X4 loop unrolled `U` times (with `U` vector accumulators per reduction)
+//! followed by a scalar tail. Buffers are addressed by byte strides passed at run time; the
+//! [`Spec`] fixes, per buffer, whether its inner stride is one element, zero, or anything,
+//! so contiguous accesses become vector loads and stores.
+
+use super::math::Math;
+use crate::loops::{Expr, LoopNest, Phase, Role, ScalarType, ValueId};
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_jit::JITModule;
+use kiln_ir::{BinaryOp, ReduceOp, UnaryOp};
+use std::collections::HashMap;
+
+/// How a buffer is addressed along the inner loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InnerAccess {
+    /// stride of one element: vector loads and stores
+    Contiguous,
+    /// stride 0: one load per row
+    Broadcast,
+    /// any other stride: one scalar access per lane
+    Strided,
+}
+
+/// What a compiled kernel is specialised for: the number of outer dims left after
+/// collapsing, and each buffer's access along the inner loop.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Spec {
+    /// outer dims (0: a single row)
+    pub outer: usize,
+    /// per buffer, in the nest's order
+    pub access: Vec<InnerAccess>,
+}
+
+const LANES: i64 = 4;
+
+fn f32x4() -> Type {
+    types::F32X4
+}
+
+fn i32x4() -> Type {
+    types::I32X4
+}
+
+fn flags() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+/// Unroll factor: more independent vectors in flight for cheap bodies, fewer for bodies
+/// whose transcendentals already fill the registers.
+fn unroll(nest: &LoopNest, point: &[ValueId], reduces: &[ValueId]) -> i64 {
+    let weight: usize = point
+        .iter()
+        .map(|&v| match nest.body[v].expr {
+            Expr::Unary(u, _) => match u {
+                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt | UnaryOp::Recip => 1,
+                UnaryOp::Rsqrt => 2,
+                _ => 24,
+            },
+            Expr::Binary(BinaryOp::Pow, ..) => 48,
+            _ => 1,
+        })
+        .sum();
+    if !reduces.is_empty() && weight <= 24 {
+        4
+    } else if weight <= 12 {
+        4
+    } else if weight <= 40 {
+        2
+    } else {
+        1
+    }
+}
+
+struct Emitter<'a> {
+    nest: &'a LoopNest,
+    spec: &'a Spec,
+    math: Math,
+    /// per buffer: the row's base address
+    base: Vec<Value>,
+    /// per buffer: its inner stride in bytes
+    inner_stride: Vec<Value>,
+    /// the inner length as f32
+    inner_len: Value,
+    /// row values of the current row (scalars; bools as i8)
+    row: HashMap<ValueId, Value>,
+}
+
+/// Builds the body of `func` (whose signature is the kernel signature) for `nest` at `spec`.
+pub(crate) fn emit_nest(
+    module: &mut JITModule,
+    fctx: &mut FunctionBuilderContext,
+    func: &mut Function,
+    nest: &LoopNest,
+    spec: &Spec,
+    fma: bool,
+) -> Result<(), String> {
+    if spec.access.len() != nest.buffers.len() {
+        return Err("the specialisation does not match the buffers".to_string());
+    }
+    let math = Math::new(module, func, fma).map_err(|e| e.to_string())?;
+    let mut b = FunctionBuilder::new(func, fctx);
+    let entry = b.create_block();
+    b.append_block_params_for_function_params(entry);
+    b.switch_to_block(entry);
+    let p = b.block_params(entry).to_vec();
+    let (p_ptrs, p_strides, p_sizes) = (p[0], p[1], p[2]);
+    let (r0, r1, i0, i1) = (p[3], p[4], p[5], p[6]);
+    let k = spec.outer;
+    let nb = nest.buffers.len();
+    let ro = MemFlagsData::new().with_notrap().with_readonly();
+    let ptrs: Vec<Value> = (0..nb)
+        .map(|i| b.ins().load(types::I64, ro, p_ptrs, (8 * i) as i32))
+        .collect();
+    let load_stride = |b: &mut FunctionBuilder, buf: usize, j: usize| {
+        b.ins()
+            .load(types::I64, ro, p_strides, (8 * (buf * (k + 1) + j)) as i32)
+    };
+    let outer_strides: Vec<Vec<Value>> = (0..nb)
+        .map(|buf| (0..k).map(|j| load_stride(&mut b, buf, j)).collect())
+        .collect();
+    let inner_stride: Vec<Value> = (0..nb).map(|buf| load_stride(&mut b, buf, k)).collect();
+    let sizes: Vec<Value> = (0..=k)
+        .map(|j| b.ins().load(types::I64, ro, p_sizes, (8 * j) as i32))
+        .collect();
+    let inner_len = b.ins().fcvt_from_sint(types::F32, sizes[k]);
+
+    // the row loop
+    let r = b.declare_var(types::I64);
+    b.def_var(r, r0);
+    let hdr = b.create_block();
+    let body = b.create_block();
+    let exit = b.create_block();
+    b.ins().jump(hdr, &[]);
+    b.switch_to_block(hdr);
+    let rv = b.use_var(r);
+    let more = b.ins().icmp(IntCC::SignedLessThan, rv, r1);
+    b.ins().brif(more, body, &[], exit, &[]);
+    b.switch_to_block(body);
+    let rv = b.use_var(r);
+    let base = row_bases(&mut b, rv, &ptrs, &outer_strides, &sizes[..k]);
+    let mut e = Emitter {
+        nest,
+        spec,
+        math,
+        base,
+        inner_stride,
+        inner_len,
+        row: HashMap::new(),
+    };
+    for phase in &nest.phases {
+        match phase {
+            Phase::Row(vs) => {
+                for &v in vs {
+                    let x = e.row_value(&mut b, v);
+                    e.row.insert(v, x);
+                }
+            }
+            Phase::RowStores(ss) => {
+                for &s in ss {
+                    let st = nest.stores[s];
+                    let x = e.row[&st.value];
+                    b.ins().store(flags(), x, e.base[st.buffer], 0);
+                }
+            }
+            Phase::Inner {
+                point,
+                reduces,
+                stores,
+            } => e.inner_loop(&mut b, point, reduces, stores, i0, i1),
+        }
+    }
+    let next = b.ins().iadd_imm_s(rv, 1);
+    b.def_var(r, next);
+    b.ins().jump(hdr, &[]);
+    b.switch_to_block(exit);
+    b.ins().return_(&[]);
+    b.seal_all_blocks();
+    b.finalize(module_config(module));
+    Ok(())
+}
+
+fn module_config(module: &JITModule) -> cranelift_codegen::isa::TargetFrontendConfig {
+    use cranelift_module::Module;
+    module.target_config()
+}
+
+/// Each buffer's address at the start of row `rv`: the row's multi-index over the outer
+/// sizes (innermost fastest) dotted with the buffer's outer strides.
+fn row_bases(
+    b: &mut FunctionBuilder,
+    rv: Value,
+    ptrs: &[Value],
+    strides: &[Vec<Value>],
+    sizes: &[Value],
+) -> Vec<Value> {
+    let k = sizes.len();
+    let mut idx: Vec<Value> = vec![rv; k];
+    if k > 1 {
+        let mut rem = rv;
+        for j in (1..k).rev() {
+            let q = b.ins().udiv(rem, sizes[j]);
+            let qs = b.ins().imul(q, sizes[j]);
+            idx[j] = b.ins().isub(rem, qs);
+            rem = q;
+        }
+        idx[0] = rem;
+    }
+    ptrs.iter()
+        .zip(strides)
+        .map(|(&p, st)| {
+            let mut a = p;
+            for j in 0..k {
+                let o = b.ins().imul(idx[j], st[j]);
+                a = b.ins().iadd(a, o);
+            }
+            a
+        })
+        .collect()
+}
+
+fn float_cc(op: BinaryOp) -> Option<FloatCC> {
+    Some(match op {
+        BinaryOp::Eq => FloatCC::Equal,
+        BinaryOp::Ne => FloatCC::NotEqual,
+        BinaryOp::Lt => FloatCC::LessThan,
+        BinaryOp::Le => FloatCC::LessThanOrEqual,
+        BinaryOp::Gt => FloatCC::GreaterThan,
+        BinaryOp::Ge => FloatCC::GreaterThanOrEqual,
+        _ => return None,
+    })
+}
+
+fn reduce_identity(op: ReduceOp) -> f32 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => 0.0,
+        ReduceOp::Max => f32::NEG_INFINITY,
+        ReduceOp::Min => f32::INFINITY,
+    }
+}
+
+fn reduce_binary(op: ReduceOp) -> BinaryOp {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => BinaryOp::Add,
+        ReduceOp::Max => BinaryOp::Maximum,
+        ReduceOp::Min => BinaryOp::Minimum,
+    }
+}
+
+/// Whether values are scalars or F32X4 vectors.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Width {
+    Scalar,
+    Vector,
+}
+
+impl Emitter<'_> {
+    fn reduce_op(&self, v: ValueId) -> (ReduceOp, ValueId) {
+        match self.nest.body[v].expr {
+            Expr::Reduce(op, x) => (op, x),
+            _ => unreachable!("not a reduction"),
+        }
+    }
+
+    /// A row value (scalar), computed from other row values.
+    fn row_value(&mut self, b: &mut FunctionBuilder, v: ValueId) -> Value {
+        let e = self.nest.body[v].expr.clone();
+        match e {
+            Expr::Load(buf) => b.ins().load(types::F32, flags(), self.base[buf], 0),
+            Expr::Const(c) => b.ins().f32const(c as f32),
+            Expr::InnerLen => self.inner_len,
+            Expr::Reduce(..) => self.row[&v],
+            other => {
+                let ops = |x: &ValueId| self.row[x];
+                self.compute(b, &other, Width::Scalar, &ops)
+            }
+        }
+    }
+
+    /// A pointwise instruction on already computed operands.
+    fn compute(
+        &self,
+        b: &mut FunctionBuilder,
+        e: &Expr,
+        w: Width,
+        operand: &dyn Fn(&ValueId) -> Value,
+    ) -> Value {
+        match e {
+            Expr::Unary(u, x) => self.math.unary(b, *u, operand(x)),
+            Expr::Binary(op, x, y) => {
+                let (x, y) = (operand(x), operand(y));
+                match float_cc(*op) {
+                    Some(cc) => b.ins().fcmp(cc, x, y),
+                    None => self.math.binary(b, *op, x, y),
+                }
+            }
+            Expr::Where(c, x, y) => {
+                let (c, x, y) = (operand(c), operand(x), operand(y));
+                match w {
+                    Width::Scalar => b.ins().select(c, x, y),
+                    Width::Vector => {
+                        let m = b.ins().bitcast(f32x4(), MemFlagsData::new(), c);
+                        b.ins().bitselect(m, x, y)
+                    }
+                }
+            }
+            Expr::BoolToF32(c) => {
+                let c = operand(c);
+                match w {
+                    Width::Scalar => {
+                        let one = b.ins().f32const(1.0);
+                        let zero = b.ins().f32const(0.0);
+                        b.ins().select(c, one, zero)
+                    }
+                    Width::Vector => {
+                        let one = b.ins().iconst(types::I32, 1.0f32.to_bits() as i64);
+                        let one = b.ins().splat(i32x4(), one);
+                        let bits = b.ins().band(c, one);
+                        b.ins().bitcast(f32x4(), MemFlagsData::new(), bits)
+                    }
+                }
+            }
+            Expr::Load(_) | Expr::Const(_) | Expr::InnerLen | Expr::Reduce(..) => {
+                unreachable!("handled by the caller")
+            }
+        }
+    }
+
+    /// A row value as a vector (splat; bools become lane masks).
+    fn splat(&self, b: &mut FunctionBuilder, v: ValueId) -> Value {
+        let x = self.row[&v];
+        match self.nest.body[v].ty {
+            ScalarType::F32 => b.ins().splat(f32x4(), x),
+            ScalarType::Bool => {
+                let m = b.ins().bmask(types::I32, x);
+                b.ins().splat(i32x4(), m)
+            }
+        }
+    }
+
+    /// The address of buffer `buf` at inner index `iv`.
+    fn addr(&self, b: &mut FunctionBuilder, buf: usize, iv: Value) -> Value {
+        match self.spec.access[buf] {
+            InnerAccess::Contiguous => {
+                let off = b.ins().ishl_imm_u(iv, 2);
+                b.ins().iadd(self.base[buf], off)
+            }
+            InnerAccess::Broadcast => self.base[buf],
+            InnerAccess::Strided => {
+                let off = b.ins().imul(iv, self.inner_stride[buf]);
+                b.ins().iadd(self.base[buf], off)
+            }
+        }
+    }
+
+    fn load(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, w: Width) -> Value {
+        let a = self.addr(b, buf, iv);
+        match (w, self.spec.access[buf]) {
+            (Width::Scalar, _) => b.ins().load(types::F32, flags(), a, 0),
+            (Width::Vector, InnerAccess::Contiguous) => b.ins().load(f32x4(), flags(), a, 0),
+            (Width::Vector, InnerAccess::Broadcast) => {
+                let x = b.ins().load(types::F32, flags(), a, 0);
+                b.ins().splat(f32x4(), x)
+            }
+            (Width::Vector, InnerAccess::Strided) => {
+                let s = self.inner_stride[buf];
+                let x = b.ins().load(types::F32, flags(), a, 0);
+                let mut v = b.ins().scalar_to_vector(f32x4(), x);
+                let mut p = a;
+                for lane in 1..LANES as u8 {
+                    p = b.ins().iadd(p, s);
+                    let x = b.ins().load(types::F32, flags(), p, 0);
+                    v = b.ins().insertlane(v, x, lane);
+                }
+                v
+            }
+        }
+    }
+
+    fn store(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, x: Value, w: Width) {
+        let a = self.addr(b, buf, iv);
+        match (w, self.spec.access[buf]) {
+            (Width::Scalar, _) => {
+                b.ins().store(flags(), x, a, 0);
+            }
+            (Width::Vector, InnerAccess::Contiguous) => {
+                b.ins().store(flags(), x, a, 0);
+            }
+            (Width::Vector, _) => {
+                let s = self.inner_stride[buf];
+                let mut p = a;
+                for lane in 0..LANES as u8 {
+                    if lane > 0 {
+                        p = b.ins().iadd(p, s);
+                    }
+                    let e = b.ins().extractlane(x, lane);
+                    b.ins().store(flags(), e, p, 0);
+                }
+            }
+        }
+    }
+
+    /// The point values of one index (`iv`), at width `w`; row operands from `splats`
+    /// (vector) or the row map (scalar).
+    fn point_values(
+        &self,
+        b: &mut FunctionBuilder,
+        point: &[ValueId],
+        iv: Value,
+        w: Width,
+        splats: &HashMap<ValueId, Value>,
+    ) -> HashMap<ValueId, Value> {
+        let mut vals: HashMap<ValueId, Value> = HashMap::new();
+        for &v in point {
+            let e = &self.nest.body[v].expr;
+            let x = match e {
+                Expr::Load(buf) => self.load(b, *buf, iv, w),
+                Expr::Const(c) => {
+                    let s = b.ins().f32const(*c as f32);
+                    match w {
+                        Width::Scalar => s,
+                        Width::Vector => b.ins().splat(f32x4(), s),
+                    }
+                }
+                Expr::InnerLen => match w {
+                    Width::Scalar => self.inner_len,
+                    Width::Vector => b.ins().splat(f32x4(), self.inner_len),
+                },
+                Expr::Reduce(..) => unreachable!("reductions are row values"),
+                other => {
+                    let operand = |x: &ValueId| {
+                        if self.nest.body[*x].row {
+                            match w {
+                                Width::Scalar => self.row[x],
+                                Width::Vector => splats[x],
+                            }
+                        } else {
+                            vals[x]
+                        }
+                    };
+                    self.compute(b, other, w, &operand)
+                }
+            };
+            vals.insert(v, x);
+        }
+        vals
+    }
+
+    /// The value `x` (point or row) at width `w`.
+    fn lookup(
+        &self,
+        x: ValueId,
+        w: Width,
+        vals: &HashMap<ValueId, Value>,
+        splats: &HashMap<ValueId, Value>,
+    ) -> Value {
+        if self.nest.body[x].row {
+            match w {
+                Width::Scalar => self.row[&x],
+                Width::Vector => splats[&x],
+            }
+        } else {
+            vals[&x]
+        }
+    }
+
+    /// One inner loop: vector body unrolled, scalar tail, then the reductions' results.
+    fn inner_loop(
+        &mut self,
+        b: &mut FunctionBuilder,
+        point: &[ValueId],
+        reduces: &[ValueId],
+        stores: &[usize],
+        i0: Value,
+        i1: Value,
+    ) {
+        let u = unroll(self.nest, point, reduces);
+        // splats of the row values this loop reads
+        let mut splats: HashMap<ValueId, Value> = HashMap::new();
+        let mut needs: Vec<ValueId> = Vec::new();
+        for &v in point {
+            needs.extend(crate::loops::operands(&self.nest.body[v].expr));
+        }
+        for &r in reduces {
+            needs.push(self.reduce_op(r).1);
+        }
+        for &s in stores {
+            needs.push(self.nest.stores[s].value);
+        }
+        for x in needs {
+            if self.nest.body[x].row && !splats.contains_key(&x) {
+                let s = self.splat(b, x);
+                splats.insert(x, s);
+            }
+        }
+        // accumulators
+        let mut vacc: Vec<Vec<Variable>> = Vec::new();
+        let mut sacc: Vec<Variable> = Vec::new();
+        for &r in reduces {
+            let (op, _) = self.reduce_op(r);
+            let id = b.ins().f32const(reduce_identity(op));
+            let idv = b.ins().splat(f32x4(), id);
+            let vs: Vec<Variable> = (0..u)
+                .map(|_| {
+                    let v = b.declare_var(f32x4());
+                    b.def_var(v, idv);
+                    v
+                })
+                .collect();
+            vacc.push(vs);
+            let s = b.declare_var(types::F32);
+            b.def_var(s, id);
+            sacc.push(s);
+        }
+        let i = b.declare_var(types::I64);
+        b.def_var(i, i0);
+        let span = b.ins().isub(i1, i0);
+        let vec_span = b.ins().band_imm_s(span, !(LANES * u - 1));
+        let vec_end = b.ins().iadd(i0, vec_span);
+        let (vhdr, vbody, thdr, tbody, done) = (
+            b.create_block(),
+            b.create_block(),
+            b.create_block(),
+            b.create_block(),
+            b.create_block(),
+        );
+        b.ins().jump(vhdr, &[]);
+        // vector loop
+        b.switch_to_block(vhdr);
+        let iv = b.use_var(i);
+        let c = b.ins().icmp(IntCC::SignedLessThan, iv, vec_end);
+        b.ins().brif(c, vbody, &[], thdr, &[]);
+        b.switch_to_block(vbody);
+        let iv = b.use_var(i);
+        for k in 0..u {
+            let ik = b.ins().iadd_imm_s(iv, k * LANES);
+            let vals = self.point_values(b, point, ik, Width::Vector, &splats);
+            for (ri, &r) in reduces.iter().enumerate() {
+                let (op, x) = self.reduce_op(r);
+                let xv = self.lookup(x, Width::Vector, &vals, &splats);
+                let acc = b.use_var(vacc[ri][k as usize]);
+                let n = self.math.binary(b, reduce_binary(op), acc, xv);
+                b.def_var(vacc[ri][k as usize], n);
+            }
+            for &s in stores {
+                let st = self.nest.stores[s];
+                let x = self.lookup(st.value, Width::Vector, &vals, &splats);
+                self.store(b, st.buffer, ik, x, Width::Vector);
+            }
+        }
+        let next = b.ins().iadd_imm_s(iv, LANES * u);
+        b.def_var(i, next);
+        b.ins().jump(vhdr, &[]);
+        // scalar tail
+        b.switch_to_block(thdr);
+        let iv = b.use_var(i);
+        let c = b.ins().icmp(IntCC::SignedLessThan, iv, i1);
+        b.ins().brif(c, tbody, &[], done, &[]);
+        b.switch_to_block(tbody);
+        let iv = b.use_var(i);
+        let vals = self.point_values(b, point, iv, Width::Scalar, &splats);
+        for (ri, &r) in reduces.iter().enumerate() {
+            let (op, x) = self.reduce_op(r);
+            let xv = self.lookup(x, Width::Scalar, &vals, &splats);
+            let acc = b.use_var(sacc[ri]);
+            let n = self.math.binary(b, reduce_binary(op), acc, xv);
+            b.def_var(sacc[ri], n);
+        }
+        for &s in stores {
+            let st = self.nest.stores[s];
+            let x = self.lookup(st.value, Width::Scalar, &vals, &splats);
+            self.store(b, st.buffer, iv, x, Width::Scalar);
+        }
+        let next = b.ins().iadd_imm_s(iv, 1);
+        b.def_var(i, next);
+        b.ins().jump(thdr, &[]);
+        // combine the accumulators: across the unrolled copies, across lanes, then the tail
+        b.switch_to_block(done);
+        for (ri, &r) in reduces.iter().enumerate() {
+            let (op, _) = self.reduce_op(r);
+            let f = reduce_binary(op);
+            let mut v = b.use_var(vacc[ri][0]);
+            for k in 1..u as usize {
+                let o = b.use_var(vacc[ri][k]);
+                v = self.math.binary(b, f, v, o);
+            }
+            let l: Vec<Value> = (0..LANES as u8).map(|j| b.ins().extractlane(v, j)).collect();
+            let a = self.math.binary(b, f, l[0], l[1]);
+            let c = self.math.binary(b, f, l[2], l[3]);
+            let s = self.math.binary(b, f, a, c);
+            let t = b.use_var(sacc[ri]);
+            let total = self.math.binary(b, f, s, t);
+            self.row.insert(r, total);
+        }
+        let _ = Role::Input;
+    }
+}

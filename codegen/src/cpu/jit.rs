@@ -1,0 +1,199 @@
+//! The process-wide JIT: one Cranelift module for the host ISA, compiled kernels cached by a
+//! structural key so identical kernels (of any function) compile once.
+
+use super::emit::{emit_nest, Spec};
+use super::math::libm_symbols;
+use crate::error::CodegenError;
+use crate::loops::LoopNest;
+use cranelift_codegen::isa::OwnedTargetIsa;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::Context;
+use cranelift_frontend::FunctionBuilderContext;
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, Linkage, Module};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The signature of every generated kernel:
+/// `(buffer addresses, strides in bytes [buffer][dim], sizes [dim], first row, end row,
+/// first inner index, end inner index)`.
+pub type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const i64, i64, i64, i64, i64);
+
+struct Jit {
+    module: JITModule,
+    cache: HashMap<String, KernelFn>,
+    fctx: FunctionBuilderContext,
+    compiled: usize,
+    compile_time: Duration,
+}
+
+// SAFETY: the module is only used behind the mutex below; the code it owns is immutable
+// once finalised and lives as long as the process.
+unsafe impl Send for Jit {}
+
+fn host_isa() -> Result<OwnedTargetIsa, CodegenError> {
+    let err = |e: String| CodegenError::Jit {
+        kernel: "<isa>".to_string(),
+        reason: e,
+    };
+    let mut fb = settings::builder();
+    fb.set("opt_level", "speed").map_err(|e| err(e.to_string()))?;
+    fb.set("is_pic", "false").map_err(|e| err(e.to_string()))?;
+    fb.set("use_colocated_libcalls", "false")
+        .map_err(|e| err(e.to_string()))?;
+    let ib = cranelift_native::builder_with_options(true).map_err(|e| err(e.to_string()))?;
+    ib.finish(settings::Flags::new(fb))
+        .map_err(|e| err(e.to_string()))
+}
+
+fn jit() -> Result<&'static Mutex<Jit>, CodegenError> {
+    static JIT: OnceLock<Result<Mutex<Jit>, CodegenError>> = OnceLock::new();
+    JIT.get_or_init(|| {
+        let isa = host_isa()?;
+        let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
+        for (name, ptr) in libm_symbols() {
+            jb.symbol(name, ptr);
+        }
+        Ok(Mutex::new(Jit {
+            module: JITModule::new(jb),
+            cache: HashMap::new(),
+            fctx: FunctionBuilderContext::new(),
+            compiled: 0,
+            compile_time: Duration::ZERO,
+        }))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// True when the host has fused multiply-add.
+pub(crate) fn host_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The structural key of a nest at a specialisation: everything but names.
+fn key(nest: &LoopNest, spec: &Spec) -> String {
+    let bufs: Vec<_> = nest
+        .buffers
+        .iter()
+        .map(|b| (b.role, b.dtype, &b.index))
+        .collect();
+    format!(
+        "{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}",
+        nest.dims.len(),
+        bufs,
+        nest.body,
+        nest.stores,
+        nest.phases,
+        nest.reduces,
+        spec
+    )
+}
+
+/// The compiled kernel of `nest` at `spec`, compiling it unless an identical one exists.
+pub(crate) fn compile(nest: &LoopNest, spec: &Spec) -> Result<KernelFn, CodegenError> {
+    let k = key(nest, spec);
+    let mut j = jit()?.lock();
+    if let Some(f) = j.cache.get(&k) {
+        return Ok(*f);
+    }
+    let start = Instant::now();
+    let f = define(&mut j, nest, spec, None)?;
+    j.compiled += 1;
+    j.compile_time += start.elapsed();
+    j.cache.insert(k, f);
+    if crate::logging::code() {
+        tracing::info!(
+            target: "kiln::code",
+            "compiled {} ({:?}) in {:.2} ms",
+            nest.name,
+            spec,
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    Ok(f)
+}
+
+/// The Cranelift IR of `nest` at `spec`, as text (`kiln dump --stage clif`).
+pub fn clif_text(nest: &LoopNest, spec: &Spec) -> Result<String, CodegenError> {
+    let mut j = jit()?.lock();
+    let mut text = String::new();
+    define(&mut j, nest, spec, Some(&mut text))?;
+    Ok(text)
+}
+
+/// Kernels compiled so far in this process and the time spent compiling them.
+pub fn jit_stats() -> (usize, Duration) {
+    match jit() {
+        Ok(j) => {
+            let j = j.lock();
+            (j.compiled, j.compile_time)
+        }
+        Err(_) => (0, Duration::ZERO),
+    }
+}
+
+fn define(
+    j: &mut Jit,
+    nest: &LoopNest,
+    spec: &Spec,
+    text: Option<&mut String>,
+) -> Result<KernelFn, CodegenError> {
+    let err = |reason: String| CodegenError::Jit {
+        kernel: nest.name.clone(),
+        reason,
+    };
+    let Jit { module, fctx, .. } = j;
+    let ptr = module.target_config().pointer_type();
+    let mut sig = module.make_signature();
+    sig.params.push(cranelift_codegen::ir::AbiParam::new(ptr));
+    sig.params.push(cranelift_codegen::ir::AbiParam::new(ptr));
+    sig.params.push(cranelift_codegen::ir::AbiParam::new(ptr));
+    for _ in 0..4 {
+        sig.params
+            .push(cranelift_codegen::ir::AbiParam::new(cranelift_codegen::ir::types::I64));
+    }
+    let fid = module
+        .declare_anonymous_function(&sig)
+        .map_err(|e| err(e.to_string()))?;
+    let mut ctx: Context = module.make_context();
+    ctx.func.signature = sig;
+    emit_nest(module, fctx, &mut ctx.func, nest, spec, host_fma()).map_err(err)?;
+    if let Some(t) = text {
+        *t = ctx.func.display().to_string();
+        module.clear_context(&mut ctx);
+        // the function stays declared but undefined; it is never called
+        return Ok(unused_kernel);
+    }
+    module
+        .define_function(fid, &mut ctx)
+        .map_err(|e| err(format!("{e:?}")))?;
+    module.clear_context(&mut ctx);
+    module
+        .finalize_definitions()
+        .map_err(|e| err(e.to_string()))?;
+    let code = module.get_finalized_function(fid);
+    let _ = Linkage::Local;
+    // SAFETY: the function was built with exactly KernelFn's signature (system ABI).
+    Ok(unsafe { std::mem::transmute::<*const u8, KernelFn>(code) })
+}
+
+unsafe extern "C" fn unused_kernel(
+    _: *const *mut u8,
+    _: *const i64,
+    _: *const i64,
+    _: i64,
+    _: i64,
+    _: i64,
+    _: i64,
+) {
+}

@@ -1,0 +1,102 @@
+//! `erf` and the erf form of `gelu`, both built on a scaled complementary error function
+//! `erfc(a) = e^(-a²)·R(a)` with `e^(-a²)` computed from an exact split of `a²`.
+
+use super::emit::Em;
+use super::exp_log::exp_hl;
+use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::{InstBuilder, Value};
+
+/// Below this |x|, erf is the odd polynomial; above, `1 - erfc(|x|)` with the sign of x.
+const ERF_SMALL: f32 = 0.75;
+/// `erf(x)/x = 2/√π + x²·Q(x²)` on |x| ≤ 0.75 (minimax relative, 1.4e-9): Q, highest
+/// degree first.
+const ERF_Q: [f32; 5] = [
+    -0.00067495136,
+    0.005114346,
+    -0.026834624,
+    0.11283377,
+    -0.3761262,
+];
+/// 2/√π = ERF_C0_HI + ERF_C0_LO, so the leading term is not off by its own rounding.
+const ERF_C0_HI: f32 = std::f32::consts::FRAC_2_SQRT_PI;
+/// The rest of 2/√π.
+const ERF_C0_LO: f32 = -5.8635383e-8;
+/// `R(a) = erfc(a)·e^(a²)` as a polynomial in `q = (a-3)/(a+3)` for a ∈ [0, 10]
+/// (q ∈ [-1, 0.54]; minimax relative, 1.4e-9).
+const ERFC_R: [f32; 11] = [
+    5.5807217e-5,
+    2.862433e-5,
+    -0.000594689,
+    0.00071584544,
+    0.004268966,
+    -0.024394244,
+    0.071665846,
+    -0.15011579,
+    0.2456038,
+    -0.32623357,
+    0.17900115,
+];
+/// Keeps the 12 leading significant bits of a float, so its square is exact.
+const HIGH_12_BITS: u32 = 0xffff_f000;
+
+/// `R(a) = erfc(a)·e^(a²)` for `a ∈ [0, 10]` (NaN for a NaN `a`).
+fn erfc_scaled(e: &mut Em, a: Value) -> Value {
+    let num = e.addc(a, -3.0);
+    let den = e.addc(a, 3.0);
+    let q = e.div(num, den);
+    e.horner(q, &ERFC_R)
+}
+
+/// `e^(-s·v²)` for `v ≥ 0` and `s ∈ {1, 1/2}`: `v = vh + vl` with `vh` of 12 bits, so
+/// `s·vh²` is exact and `s·vl·(v + vh)` is the small rest (≤ 2^-10·v²), and both go to
+/// [`exp_hl`] without rounding `v²`.
+fn exp_neg_sq(e: &mut Em, v: Value, s: f32) -> Value {
+    let vh = e.band_bits(v, HIGH_12_BITS);
+    let vl = e.sub(v, vh);
+    let sum = e.add(v, vh);
+    let hh = e.mul(vh, vh);
+    let hi = e.mulc(hh, -s);
+    let ll = e.mul(vl, sum);
+    let lo = e.mulc(ll, -s);
+    exp_hl(e, hi, lo)
+}
+
+/// `erf x`: `x·(2/√π + x²·Q(x²))` for |x| < 0.75, else `±(1 - e^(-x²)·R(|x|))` with |x| clamped to 10
+/// (where erfc is already under the smallest denormal). ±inf give ±1, NaN gives NaN.
+pub(super) fn erf(e: &mut Em, x: Value) -> Value {
+    let ax = e.abs(x);
+    let a = e.min_keep_nan(ax, 10.0);
+    let r = erfc_scaled(e, a);
+    let ex = exp_neg_sq(e, a, 1.0);
+    let erfc = e.mul(ex, r);
+    let big = e.csub(1.0, erfc);
+    let sign = e.sign_of(x);
+    let big = e.b.ins().bor(big, sign);
+    // x·(C0_HI + (C0_LO + x²·Q(x²))): the leading product fused, the rest small.
+    let z = e.mul(x, x);
+    let q = e.horner(z, &ERF_Q);
+    let lo = e.c(ERF_C0_LO);
+    let rest = e.mul_add(q, z, lo);
+    let xr = e.mul(x, rest);
+    let small = e.mul_add_c(x, ERF_C0_HI, xr);
+    let is_small = e.cmpc(FloatCC::LessThan, ax, ERF_SMALL);
+    e.sel(is_small, small, big)
+}
+
+/// `gelu x = x·Φ(x)` with `Φ(-|x|) = erfc(|x|/√2)/2 = e^(-x²/2)·R(|x|/√2)/2` (relatively
+/// accurate in the left tail, no `1 + erf` cancellation) and `Φ(|x|) = 1 - Φ(-|x|)`;
+/// |x| is clamped to 14 (Φ(-14) is under the smallest denormal). gelu(+inf) = +inf,
+/// gelu(-inf) = NaN (as the reference's `-inf·0`), NaN gives NaN.
+pub(super) fn gelu(e: &mut Em, x: Value) -> Value {
+    let ax = e.abs(x);
+    let axc = e.min_keep_nan(ax, 14.0);
+    let a = e.mulc(axc, std::f32::consts::FRAC_1_SQRT_2);
+    let r = erfc_scaled(e, a);
+    let ex = exp_neg_sq(e, axc, 0.5);
+    let er = e.mul(ex, r);
+    let tail = e.mulc(er, 0.5);
+    let upper = e.csub(1.0, tail);
+    let neg = e.cmpc(FloatCC::LessThan, x, 0.0);
+    let phi = e.sel(neg, tail, upper);
+    e.mul(x, phi)
+}

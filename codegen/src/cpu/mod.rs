@@ -1,0 +1,15 @@
+//! The CPU backend: loop nests to Cranelift machine code ([`emit`], [`jit`]), run over
+//! tensors by [`nest_exec`]; GEMM kernels with generated epilogues and an eager fallback
+//! ([`kernels`]); the compiled program over an arena of buffers ([`plan`]).
+
+pub mod dump;
+pub mod emit;
+pub mod jit;
+pub mod kernels;
+pub(crate) mod math;
+pub mod nest_exec;
+pub mod plan;
+
+pub use emit::{InnerAccess, Spec};
+pub use jit::{clif_text, jit_stats, KernelFn};
+pub use plan::{kernel_for, CpuKernel, CpuPlan};

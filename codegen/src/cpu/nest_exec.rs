@@ -1,0 +1,228 @@
+//! Running a compiled loop nest on tensors: loop sizes and strides from the tensors' own
+//! layouts, dims collapsed where every buffer allows, the kernel specialised for the
+//! resulting inner-loop accesses (compiled on first use, cached), and the rows (or, for a
+//! few long rows, the inner range) split across threads.
+
+use super::emit::{InnerAccess, Spec};
+use super::jit::{compile, KernelFn};
+use crate::error::CodegenError;
+use crate::loops::{Expr, LoopNest};
+use kiln_ir::Dim;
+use kiln_runtime::CpuTensor;
+use parking_lot::Mutex;
+use rayon::prelude::*;
+use std::collections::HashMap;
+
+/// Below this many elements a kernel runs on the calling thread.
+const PARALLEL_MIN: usize = 1 << 15;
+
+/// A loop nest with its compiled specialisations.
+pub struct NestKernel {
+    /// the nest
+    pub nest: LoopNest,
+    /// true when the inner dim may merge with outer dims (no per-row values)
+    flat: bool,
+    compiled: Mutex<HashMap<Spec, KernelFn>>,
+}
+
+/// One call of a nest, prepared: addresses, strides, sizes and the kernel.
+pub(crate) struct PreparedCall {
+    f: KernelFn,
+    ptrs: Vec<usize>,
+    strides: Vec<i64>,
+    sizes: Vec<i64>,
+    /// rows (product of the outer sizes) and the inner length
+    pub rows: usize,
+    pub inner: usize,
+}
+
+impl PreparedCall {
+    /// Runs rows `[r0, r1)` over inner indices `[i0, i1)`.
+    pub(crate) fn call(&self, r0: usize, r1: usize, i0: usize, i1: usize) {
+        // SAFETY: the addresses and strides describe live tensors whose every reachable
+        // element is in bounds (their layouts were checked when they were made); outputs
+        // are buffers this plan owns, written at distinct indices by distinct calls.
+        unsafe {
+            (self.f)(
+                self.ptrs.as_ptr() as *const *mut u8,
+                self.strides.as_ptr(),
+                self.sizes.as_ptr(),
+                r0 as i64,
+                r1 as i64,
+                i0 as i64,
+                i1 as i64,
+            )
+        }
+    }
+
+    /// Runs the whole nest, in parallel when it is large.
+    pub(crate) fn run(&self, reduces: bool) {
+        let total = self.rows.saturating_mul(self.inner.max(1));
+        let threads = rayon::current_num_threads();
+        if total < PARALLEL_MIN || threads == 1 || self.rows == 0 {
+            self.call(0, self.rows, 0, self.inner);
+            return;
+        }
+        if self.rows >= 2 * threads || reduces {
+            let chunks = (threads * 4).min(self.rows);
+            let per = self.rows.div_ceil(chunks);
+            (0..chunks).into_par_iter().for_each(|c| {
+                let r0 = c * per;
+                let r1 = (r0 + per).min(self.rows);
+                if r0 < r1 {
+                    self.call(r0, r1, 0, self.inner);
+                }
+            });
+        } else {
+            let chunks = threads * 4;
+            let per = self.inner.div_ceil(chunks).next_multiple_of(64);
+            (0..chunks).into_par_iter().for_each(|c| {
+                let i0 = (c * per).min(self.inner);
+                let i1 = (i0 + per).min(self.inner);
+                if i0 < i1 {
+                    self.call(0, self.rows, i0, i1);
+                }
+            });
+        }
+    }
+}
+
+impl NestKernel {
+    /// Wraps a nest; nothing is compiled until a call needs a specialisation.
+    pub fn new(nest: LoopNest) -> NestKernel {
+        let flat = !nest.reduces
+            && nest
+                .body
+                .iter()
+                .all(|s| !s.row || matches!(s.expr, Expr::Const(_)));
+        NestKernel {
+            nest,
+            flat,
+            compiled: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The kernel for `spec`, compiled on first use.
+    pub(crate) fn kernel(&self, spec: &Spec) -> Result<KernelFn, CodegenError> {
+        if let Some(f) = self.compiled.lock().get(spec) {
+            return Ok(*f);
+        }
+        let f = compile(&self.nest, spec)?;
+        self.compiled.lock().insert(spec.clone(), f);
+        Ok(f)
+    }
+
+    /// The loop sizes at these tensors (`None` if a size cannot be found or a loop is
+    /// empty).
+    fn loop_sizes(&self, tensors: &[&CpuTensor]) -> Option<Vec<usize>> {
+        let mut sizes: Vec<Option<usize>> = self.nest.dims.iter().map(Dim::as_const).collect();
+        for (b, t) in self.nest.buffers.iter().zip(tensors) {
+            for (j, ix) in b.index.iter().enumerate() {
+                if let Some(d) = ix {
+                    sizes[*d] = Some(t.shape()[j]);
+                }
+            }
+        }
+        sizes.into_iter().collect()
+    }
+
+    /// Prepares a call on `tensors` (the nest's buffers, in order). `keep_inner` keeps the
+    /// inner dim apart (an epilogue run by rows). `None` when a loop is empty or a size is
+    /// unknown (the caller then runs the kernel eagerly).
+    pub(crate) fn prepare(
+        &self,
+        tensors: &[&CpuTensor],
+        keep_inner: bool,
+    ) -> Result<Option<PreparedCall>, CodegenError> {
+        let Some(sizes) = self.loop_sizes(tensors) else {
+            return Ok(None);
+        };
+        if sizes.contains(&0) {
+            return Ok(None);
+        }
+        let nb = tensors.len();
+        let nd = sizes.len();
+        // strides in elements per buffer per loop dim
+        let mut st = vec![vec![0i64; nd]; nb];
+        for (bi, (b, t)) in self.nest.buffers.iter().zip(tensors).enumerate() {
+            for (j, ix) in b.index.iter().enumerate() {
+                if let Some(d) = ix {
+                    st[bi][*d] += t.strides()[j] as i64;
+                }
+            }
+        }
+        // dims outer first: (size, strides per buffer); the inner one last
+        let mut dims: Vec<(usize, Vec<i64>)> = Vec::new();
+        for d in 0..nd {
+            let is_inner = d + 1 == nd;
+            if sizes[d] == 1 && !is_inner {
+                continue;
+            }
+            dims.push((sizes[d], st.iter().map(|s| s[d]).collect()));
+        }
+        if dims.is_empty() {
+            dims.push((1, vec![0; nb]));
+        }
+        // merge neighbours: (outer, next) when outer.stride == next.stride * next.size
+        let merge_inner = self.flat && !keep_inner;
+        let mut merged: Vec<(usize, Vec<i64>)> = Vec::new();
+        let last = dims.len() - 1;
+        for (i, d) in dims.into_iter().enumerate() {
+            let can = match merged.last() {
+                Some(prev) => {
+                    (i < last || merge_inner)
+                        && prev
+                            .1
+                            .iter()
+                            .zip(&d.1)
+                            .all(|(&po, &no)| po == no * d.0 as i64)
+                }
+                None => false,
+            };
+            if can {
+                let prev = merged.last_mut().expect("checked");
+                prev.0 *= d.0;
+                prev.1 = d.1;
+            } else {
+                merged.push(d);
+            }
+        }
+        // a size-1 inner dim of a flat nest: drop it in favour of the previous dim
+        if merge_inner && merged.len() > 1 && merged.last().is_some_and(|d| d.0 == 1) {
+            merged.pop();
+        }
+        let (inner_size, inner_st) = merged.pop().expect("at least one dim");
+        let outer = merged;
+        let access: Vec<InnerAccess> = inner_st
+            .iter()
+            .map(|&s| match s {
+                0 => InnerAccess::Broadcast,
+                1 => InnerAccess::Contiguous,
+                _ => InnerAccess::Strided,
+            })
+            .collect();
+        let spec = Spec {
+            outer: outer.len(),
+            access,
+        };
+        let f = self.kernel(&spec)?;
+        let k = outer.len();
+        let mut strides = vec![0i64; nb * (k + 1)];
+        for bi in 0..nb {
+            for (j, d) in outer.iter().enumerate() {
+                strides[bi * (k + 1) + j] = d.1[bi] * 4;
+            }
+            strides[bi * (k + 1) + k] = inner_st[bi] * 4;
+        }
+        let mut sz: Vec<i64> = outer.iter().map(|d| d.0 as i64).collect();
+        sz.push(inner_size as i64);
+        Ok(Some(PreparedCall {
+            f,
+            ptrs: tensors.iter().map(|t| t.data_ptr() as usize).collect(),
+            strides,
+            sizes: sz,
+            rows: outer.iter().map(|d| d.0).product(),
+            inner: inner_size,
+        }))
+    }
+}

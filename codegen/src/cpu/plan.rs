@@ -1,0 +1,416 @@
+//! A compiled program for the CPU: the schedule's kernels in order, each a generated loop
+//! nest, a GEMM with a generated epilogue, or (for what the generators do not handle) the
+//! eager kernels; intermediates live in an arena of reusable buffers laid out by the
+//! schedule's memory plan, so a call allocates only its outputs.
+
+use super::kernels::{concrete, run_graph, Bindings, EagerKernel, MatmulKernel};
+use super::nest_exec::NestKernel;
+use crate::error::CodegenError;
+use crate::loops::{lower_kernel, LoopNest};
+use kiln_ir::{DType, Dim, Graph, NodeId, Op};
+use kiln_passes::egraph::lang::GroupKind;
+use kiln_passes::schedule::Schedule;
+use kiln_runtime::{execute, CpuTensor, EagerArg};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// How a kernel group runs.
+pub enum CpuKernel {
+    /// generated code
+    Nest(NestKernel),
+    /// GEMM plus a generated epilogue
+    Matmul(MatmulKernel),
+    /// the eager kernels, op by op
+    Eager(EagerKernel),
+}
+
+struct Step {
+    name: String,
+    body: Graph,
+    kernel: CpuKernel,
+    inputs: Vec<NodeId>,
+    outputs: Vec<NodeId>,
+}
+
+/// Where a value's memory comes from.
+#[derive(Clone, Copy)]
+enum Home {
+    /// a fresh tensor per call (graph outputs, and values the eager kernels make)
+    Fresh,
+    /// arena buffer `.0`
+    Arena(usize),
+}
+
+/// A compiled program.
+pub struct CpuPlan {
+    name: String,
+    graph: Graph,
+    inputs: Vec<NodeId>,
+    steps: Vec<Step>,
+    home: HashMap<NodeId, Home>,
+    arena_size: usize,
+    arenas: Mutex<Vec<Vec<Option<CpuTensor>>>>,
+    has_symbols: bool,
+    /// time spent building the plan (lowering; kernels compile on first call)
+    pub build_time: Duration,
+}
+
+impl fmt::Debug for CpuPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CpuPlan")
+            .field("name", &self.name)
+            .field("kernels", &self.steps.len())
+            .finish()
+    }
+}
+
+/// The generated form of one kernel group: a nest, a GEMM with epilogue, or eager.
+pub fn kernel_for(body: &Graph, kind: GroupKind) -> CpuKernel {
+    if kind == GroupKind::Matmul || body.nodes().any(|(_, n)| n.op == Op::Matmul) {
+        return match MatmulKernel::new(body) {
+            Ok(m) => CpuKernel::Matmul(m),
+            Err(e) => CpuKernel::Eager(EagerKernel {
+                body: body.clone(),
+                reason: e.reason,
+            }),
+        };
+    }
+    match lower_kernel(body) {
+        Ok(nest) => CpuKernel::Nest(NestKernel::new(nest)),
+        Err(e) => CpuKernel::Eager(EagerKernel {
+            body: body.clone(),
+            reason: e.reason,
+        }),
+    }
+}
+
+impl CpuPlan {
+    /// Builds the plan of a schedule.
+    pub fn new(s: &Schedule) -> Result<CpuPlan, CodegenError> {
+        let start = Instant::now();
+        let g = &s.graph;
+        let mut steps = Vec::new();
+        for k in &s.kernels {
+            steps.push(Step {
+                name: k.body.name().to_string(),
+                body: k.body.clone(),
+                kernel: kernel_for(&k.body, k.kind),
+                inputs: k.inputs.clone(),
+                outputs: k.outputs.clone(),
+            });
+        }
+        let mut home: HashMap<NodeId, Home> = HashMap::new();
+        for (r, b) in s.requests.iter().zip(&s.memory.buffer_of) {
+            let id = g
+                .nodes()
+                .map(|(id, _)| id)
+                .find(|id| id.index() == r.value)
+                .ok_or_else(|| CodegenError::Plan {
+                    plan: g.name().to_string(),
+                    reason: format!("the memory plan names an unknown value {}", r.value),
+                })?;
+            let h = match b {
+                Some(b) if g.node(id).ty.dtype == DType::F32 => Home::Arena(*b),
+                _ => Home::Fresh,
+            };
+            home.insert(id, h);
+        }
+        // values made by eager kernels are fresh: their tensors come from the kernels
+        for st in &steps {
+            if matches!(st.kernel, CpuKernel::Eager(_)) {
+                for o in &st.outputs {
+                    home.insert(*o, Home::Fresh);
+                }
+            }
+        }
+        let has_symbols = g
+            .inputs()
+            .iter()
+            .any(|(_, id)| !g.node(*id).ty.shape.is_static());
+        Ok(CpuPlan {
+            name: g.name().to_string(),
+            graph: g.clone(),
+            inputs: g.inputs().iter().map(|(_, id)| *id).collect(),
+            steps,
+            home,
+            arena_size: s.memory.buffers.len(),
+            arenas: Mutex::new(Vec::new()),
+            has_symbols,
+            build_time: start.elapsed(),
+        })
+    }
+
+    /// The plan's (graph's) name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The kernels: name and how each runs.
+    pub fn kernels(&self) -> impl Iterator<Item = (&str, &CpuKernel)> {
+        self.steps.iter().map(|s| (s.name.as_str(), &s.kernel))
+    }
+
+    /// The loop nests of the generated kernels (epilogues included).
+    pub fn nests(&self) -> Vec<&LoopNest> {
+        self.steps
+            .iter()
+            .filter_map(|s| match &s.kernel {
+                CpuKernel::Nest(n) => Some(&n.nest),
+                CpuKernel::Matmul(m) => m.epilogue_nest(),
+                CpuKernel::Eager(_) => None,
+            })
+            .collect()
+    }
+
+    fn bind(&self, inputs: &[&CpuTensor]) -> Result<Bindings, CodegenError> {
+        let mut bound: Bindings = Vec::new();
+        for (id, t) in self.inputs.iter().zip(inputs) {
+            let ty = &self.graph.node(*id).ty;
+            if ty.dtype != t.dtype() || ty.shape.rank() != t.rank() {
+                return Err(CodegenError::Inputs {
+                    plan: self.name.clone(),
+                    reason: format!(
+                        "input {} is {}, got {}{:?}",
+                        self.graph.input_name(*id).unwrap_or("?"),
+                        ty,
+                        t.dtype(),
+                        t.shape()
+                    ),
+                });
+            }
+            for (d, &n) in ty.shape.dims().iter().zip(t.shape()) {
+                match d {
+                    Dim::Sym(s) => match bound.iter().find(|(b, _)| b == &**s) {
+                        Some((_, m)) if *m != n => {
+                            return Err(CodegenError::Inputs {
+                                plan: self.name.clone(),
+                                reason: format!("symbol {s} is both {m} and {n}"),
+                            })
+                        }
+                        Some(_) => {}
+                        None => bound.push((s.to_string(), n)),
+                    },
+                    Dim::Const(c) if *c != n => {
+                        return Err(CodegenError::Inputs {
+                            plan: self.name.clone(),
+                            reason: format!(
+                                "input {} has shape {:?}, compiled for {}",
+                                self.graph.input_name(*id).unwrap_or("?"),
+                                t.shape(),
+                                ty
+                            ),
+                        })
+                    }
+                    Dim::Const(_) => {}
+                }
+            }
+        }
+        Ok(bound)
+    }
+
+    /// The value of `id`: computed already, or a view made now from its base.
+    fn value(
+        &self,
+        id: NodeId,
+        vals: &mut HashMap<NodeId, CpuTensor>,
+        bound: &Bindings,
+    ) -> Result<CpuTensor, CodegenError> {
+        if let Some(t) = vals.get(&id) {
+            return Ok(t.clone());
+        }
+        let n = self.graph.node(id);
+        if !n.op.is_view() {
+            return Err(CodegenError::Plan {
+                plan: self.name.clone(),
+                reason: format!("value %{} is used before a kernel computes it", id.index()),
+            });
+        }
+        let mut args = Vec::new();
+        for a in &n.args {
+            match a {
+                kiln_ir::Arg::Value(v) => args.push(Some(self.value(*v, vals, bound)?)),
+                kiln_ir::Arg::Scalar(_) => args.push(None),
+            }
+        }
+        let eargs: Vec<EagerArg<'_>> = n
+            .args
+            .iter()
+            .zip(&args)
+            .map(|(a, t)| match (a, t) {
+                (_, Some(t)) => EagerArg::Tensor(t),
+                (kiln_ir::Arg::Scalar(s), None) => EagerArg::Scalar(*s),
+                (kiln_ir::Arg::Value(_), None) => unreachable!("values were made above"),
+            })
+            .collect();
+        let op = n
+            .op
+            .bind_symbols(&|s: &str| super::kernels::lookup(bound, s))
+            .map_err(|s| CodegenError::Plan {
+                plan: self.name.clone(),
+                reason: format!("symbolic dim `{s}` is not bound by any input"),
+            })?;
+        let t = execute(&op, &eargs).map_err(|source| CodegenError::Runtime {
+            kernel: format!("view %{}", id.index()),
+            source,
+        })?;
+        drop(eargs);
+        vals.insert(id, t.clone());
+        Ok(t)
+    }
+
+    /// A buffer for value `id` of concrete `shape`: an arena buffer or a fresh tensor.
+    fn buffer(
+        &self,
+        id: NodeId,
+        shape: &[usize],
+        arena: &mut [Option<CpuTensor>],
+    ) -> Result<CpuTensor, CodegenError> {
+        let dtype = self.graph.node(id).ty.dtype;
+        let rt = |source| CodegenError::Runtime {
+            kernel: format!("buffer %{}", id.index()),
+            source,
+        };
+        match self.home.get(&id).copied().unwrap_or(Home::Fresh) {
+            Home::Arena(b) if dtype == DType::F32 => {
+                let n: usize = shape.iter().product();
+                let fits = arena[b].as_ref().is_some_and(|t| t.numel() >= n);
+                if !fits {
+                    // SAFETY: every kernel writes all of its outputs' elements before any
+                    // is read; the arena's stale contents are never read.
+                    arena[b] = Some(unsafe { CpuTensor::uninit(DType::F32, &[n.max(1)]) }.map_err(rt)?);
+                }
+                let base = arena[b].as_ref().expect("just made");
+                let strides = contiguous(shape);
+                base.with_layout(shape, &strides, 0).map_err(rt)
+            }
+            _ => {
+                // SAFETY: as above: the kernel writing this value writes every element.
+                unsafe { CpuTensor::uninit(dtype, shape) }.map_err(rt)
+            }
+        }
+    }
+
+    /// Runs the plan on `inputs` (in the graph's input order).
+    pub fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>, CodegenError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(CodegenError::Inputs {
+                plan: self.name.clone(),
+                reason: format!(
+                    "the plan takes {} inputs, got {}",
+                    self.inputs.len(),
+                    inputs.len()
+                ),
+            });
+        }
+        let bound = if self.has_symbols || !inputs.is_empty() {
+            self.bind(inputs)?
+        } else {
+            Vec::new()
+        };
+        let _locks: Vec<_> = inputs.iter().map(|t| t.read_lock()).collect();
+        let mut arena = self
+            .arenas
+            .lock()
+            .pop()
+            .unwrap_or_else(|| vec![None; self.arena_size]);
+        let result = self.run_steps(inputs, &bound, &mut arena);
+        self.arenas.lock().push(arena);
+        result
+    }
+
+    fn run_steps(
+        &self,
+        inputs: &[&CpuTensor],
+        bound: &Bindings,
+        arena: &mut [Option<CpuTensor>],
+    ) -> Result<Vec<CpuTensor>, CodegenError> {
+        let mut vals: HashMap<NodeId, CpuTensor> = HashMap::new();
+        for (id, t) in self.inputs.iter().zip(inputs) {
+            vals.insert(*id, (*t).clone());
+        }
+        for step in &self.steps {
+            let ins: Vec<CpuTensor> = step
+                .inputs
+                .iter()
+                .map(|v| self.value(*v, &mut vals, bound))
+                .collect::<Result<_, _>>()?;
+            let in_refs: Vec<&CpuTensor> = ins.iter().collect();
+            let shape_of = |id: &NodeId| -> Result<Vec<usize>, CodegenError> {
+                concrete(self.graph.node(*id).ty.shape.dims(), bound).ok_or_else(|| {
+                    CodegenError::Plan {
+                        plan: self.name.clone(),
+                        reason: format!("the shape of %{} has an unbound symbol", id.index()),
+                    }
+                })
+            };
+            let outs: Vec<CpuTensor> = match &step.kernel {
+                CpuKernel::Eager(k) => {
+                    let outs = k.run(&in_refs, bound)?;
+                    // a result that aliases an input (an identity op) must not be the
+                    // caller's memory or an arena buffer reused later: copy it
+                    outs.into_iter()
+                        .map(|o| {
+                            if in_refs.iter().any(|i| i.shares_storage(&o)) {
+                                o.deep_copy()
+                            } else {
+                                o
+                            }
+                        })
+                        .collect()
+                }
+                CpuKernel::Nest(n) => {
+                    let mut outs = Vec::new();
+                    for o in &step.outputs {
+                        outs.push(self.buffer(*o, &shape_of(o)?, arena)?);
+                    }
+                    let mut all: Vec<&CpuTensor> = in_refs.clone();
+                    all.extend(outs.iter());
+                    match n.prepare(&all, false)? {
+                        Some(call) => {
+                            call.run(n.nest.reduces);
+                            outs
+                        }
+                        None => run_graph(&step.body, &in_refs, bound)?,
+                    }
+                }
+                CpuKernel::Matmul(m) => {
+                    let mut outs = Vec::new();
+                    for o in &step.outputs {
+                        outs.push(self.buffer(*o, &shape_of(o)?, arena)?);
+                    }
+                    let scratch = |shape: &[usize]| {
+                        // SAFETY: the GEMM writes every element of the product.
+                        unsafe { CpuTensor::uninit(DType::F32, shape) }.map_err(|source| {
+                            CodegenError::Runtime {
+                                kernel: step.name.clone(),
+                                source,
+                            }
+                        })
+                    };
+                    m.run(&in_refs, &outs, &scratch)?
+                }
+            };
+            for (o, t) in step.outputs.iter().zip(outs) {
+                vals.insert(*o, t);
+            }
+        }
+        let outputs: Vec<NodeId> = self.graph.outputs().to_vec();
+        let mut res = Vec::new();
+        for o in outputs {
+            res.push(self.value(o, &mut vals, bound)?);
+        }
+        Ok(res)
+    }
+}
+
+fn contiguous(shape: &[usize]) -> Vec<isize> {
+    let mut s = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for i in (0..shape.len()).rev() {
+        s[i] = acc;
+        acc *= shape[i].max(1) as isize;
+    }
+    s
+}

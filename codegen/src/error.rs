@@ -1,0 +1,39 @@
+//! The code generators' error type.
+
+/// Why a kernel could not be compiled or run.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CodegenError {
+    /// Cranelift rejected a generated function (a bug in the generator: the message names
+    /// the kernel).
+    #[error("kernel {kernel}: the JIT failed: {reason}")]
+    Jit {
+        /// the kernel's name
+        kernel: String,
+        /// Cranelift's message
+        reason: String,
+    },
+    /// A plan was called with inputs it cannot take.
+    #[error("plan {plan}: {reason}")]
+    Inputs {
+        /// the plan's (graph's) name
+        plan: String,
+        /// what is wrong
+        reason: String,
+    },
+    /// An eager kernel failed while running a kernel group.
+    #[error("kernel {kernel}: {source}")]
+    Runtime {
+        /// the kernel's name
+        kernel: String,
+        /// the runtime's error
+        source: kiln_runtime::RuntimeError,
+    },
+    /// The schedule could not be turned into a plan.
+    #[error("plan {plan}: {reason}")]
+    Plan {
+        /// the plan's (graph's) name
+        plan: String,
+        /// what is wrong
+        reason: String,
+    },
+}

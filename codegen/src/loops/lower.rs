@@ -1,0 +1,415 @@
+//! Lowering a kernel group's body graph to a [`LoopNest`].
+//!
+//! Every dim of every value is a variable; pointwise ops unify their operands' dims with
+//! their result's (right-aligned, as broadcasting does, except where an operand's dim is a
+//! broadcast 1), and reductions unify the dim they fold with one shared *reduced* variable.
+//! The resulting classes are the loop dims. A kernel whose classes do not form a loop nest
+//! (two dims of one value in the same class, several reduced dims, an op or dtype the
+//! generators do not handle) is [`Unsupported`], and the backend runs it with the eager
+//! kernels instead.
+
+use super::phases::plan_phases;
+use super::{Buffer, Expr, LoopNest, Role, ScalarType, Stmt, Store, ValueId};
+use kiln_ir::{Arg, BinaryOp, DType, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use std::collections::HashMap;
+
+/// Why a kernel is not lowered to a loop nest (it then runs on the eager kernels).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kernel}: {reason}")]
+pub struct Unsupported {
+    /// the kernel's name
+    pub kernel: String,
+    /// what is not supported
+    pub reason: String,
+}
+
+/// Union-find over dim variables.
+struct Classes {
+    parent: Vec<usize>,
+}
+
+impl Classes {
+    fn find(&mut self, mut v: usize) -> usize {
+        while self.parent[v] != v {
+            self.parent[v] = self.parent[self.parent[v]];
+            v = self.parent[v];
+        }
+        v
+    }
+
+    fn union(&mut self, a: usize, b: usize) {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra != rb {
+            self.parent[ra.max(rb)] = ra.min(rb);
+        }
+    }
+}
+
+/// Lowers the body of a kernel group (a graph whose inputs are the values it reads and
+/// whose outputs are the values it writes) to a loop nest.
+pub fn lower_kernel(body: &Graph) -> Result<LoopNest, Unsupported> {
+    Lowering::new(body).run()
+}
+
+struct Lowering<'g> {
+    g: &'g Graph,
+    /// the first variable of each node's dims
+    first_var: Vec<usize>,
+    /// the shared variable of reduced dims
+    reduced_var: usize,
+    classes: Classes,
+    /// reductions whose reduced dims all have size 1 (the identity)
+    identity: Vec<NodeId>,
+}
+
+impl<'g> Lowering<'g> {
+    fn new(g: &'g Graph) -> Lowering<'g> {
+        let mut first_var = Vec::with_capacity(g.len());
+        let mut n = 0;
+        for (_, node) in g.nodes() {
+            first_var.push(n);
+            n += node.ty.shape.rank();
+        }
+        Lowering {
+            g,
+            first_var,
+            reduced_var: n,
+            classes: Classes {
+                parent: (0..=n).collect(),
+            },
+            identity: Vec::new(),
+        }
+    }
+
+    fn fail<T>(&self, reason: impl Into<String>) -> Result<T, Unsupported> {
+        Err(Unsupported {
+            kernel: self.g.name().to_string(),
+            reason: reason.into(),
+        })
+    }
+
+    fn var(&self, id: NodeId, dim: usize) -> usize {
+        self.first_var[id.index()] + dim
+    }
+
+    fn dims(&self, id: NodeId) -> &[Dim] {
+        self.g.node(id).ty.shape.dims()
+    }
+
+    fn run(mut self) -> Result<LoopNest, Unsupported> {
+        self.check_types()?;
+        self.unify()?;
+        let (dims, loop_of_class) = self.loop_dims()?;
+        let loop_of = |this: &mut Self, id: NodeId, d: usize| {
+            let c = this.classes.find(this.var(id, d));
+            loop_of_class.get(&c).copied()
+        };
+        // each value's loop dims must be distinct
+        let ids: Vec<NodeId> = self.g.nodes().map(|(id, _)| id).collect();
+        let mut value_loops: HashMap<NodeId, Vec<Option<usize>>> = HashMap::new();
+        for &id in &ids {
+            let idx: Vec<Option<usize>> = (0..self.dims(id).len())
+                .map(|d| loop_of(&mut self, id, d))
+                .collect();
+            let mut seen: Vec<usize> = idx.iter().flatten().copied().collect();
+            seen.sort_unstable();
+            if seen.windows(2).any(|w| w[0] == w[1]) {
+                return self.fail(format!(
+                    "value {} would index one loop dim twice",
+                    self.name(id)
+                ));
+            }
+            value_loops.insert(id, idx);
+        }
+        let reduces = self
+            .g
+            .nodes()
+            .any(|(id, n)| matches!(n.op, Op::Reduce { .. }) && !self.identity.contains(&id));
+        let inner = dims.len().checked_sub(1);
+        let varies = |id: &NodeId| {
+            inner.is_some_and(|i| value_loops[id].iter().any(|l| *l == Some(i)))
+        };
+        let mut buffers: Vec<Buffer> = Vec::new();
+        let mut body: Vec<Stmt> = Vec::new();
+        let mut value_of: HashMap<NodeId, ValueId> = HashMap::new();
+        let push = |body: &mut Vec<Stmt>, expr: Expr, ty: ScalarType, row: bool| {
+            body.push(Stmt { expr, ty, row });
+            body.len() - 1
+        };
+        for (id, node) in self.g.nodes() {
+            let row = !varies(&id);
+            let ty = if node.ty.dtype == DType::Bool {
+                ScalarType::Bool
+            } else {
+                ScalarType::F32
+            };
+            let operand = |body: &mut Vec<Stmt>, a: &Arg| -> ValueId {
+                match a {
+                    Arg::Value(v) => value_of[v],
+                    Arg::Scalar(s) => push(body, Expr::Const(s.to_f64()), ScalarType::F32, true),
+                }
+            };
+            let expr = match &node.op {
+                Op::Input => {
+                    buffers.push(Buffer {
+                        name: self.name(id),
+                        role: Role::Input,
+                        dtype: node.ty.dtype,
+                        shape: node.ty.shape.clone(),
+                        index: value_loops[&id].clone(),
+                    });
+                    Expr::Load(buffers.len() - 1)
+                }
+                Op::Full { value, .. } => Expr::Const(value.to_f64()),
+                Op::Unary(u) => Expr::Unary(*u, operand(&mut body, &node.args[0])),
+                Op::Binary(b) => {
+                    let x = operand(&mut body, &node.args[0]);
+                    let y = operand(&mut body, &node.args[1]);
+                    Expr::Binary(*b, x, y)
+                }
+                Op::Where => {
+                    let c = operand(&mut body, &node.args[0]);
+                    let x = operand(&mut body, &node.args[1]);
+                    let y = operand(&mut body, &node.args[2]);
+                    Expr::Where(c, x, y)
+                }
+                Op::Cast { .. } => {
+                    let x = operand(&mut body, &node.args[0]);
+                    if body[x].ty == ScalarType::Bool {
+                        Expr::BoolToF32(x)
+                    } else {
+                        // f32 to f32 (other casts are rejected by check_types)
+                        value_of.insert(id, x);
+                        continue;
+                    }
+                }
+                Op::Reduce { op, .. } => {
+                    let x = operand(&mut body, &node.args[0]);
+                    if self.identity.contains(&id) {
+                        value_of.insert(id, x);
+                        continue;
+                    }
+                    match op {
+                        ReduceOp::Mean => {
+                            let s = push(&mut body, Expr::Reduce(ReduceOp::Sum, x), ty, true);
+                            let n = match dims.last() {
+                                Some(Dim::Const(n)) => {
+                                    push(&mut body, Expr::Const(*n as f64), ty, true)
+                                }
+                                _ => push(&mut body, Expr::InnerLen, ty, true),
+                            };
+                            Expr::Binary(BinaryOp::Div, s, n)
+                        }
+                        op => Expr::Reduce(*op, x),
+                    }
+                }
+                other => return self.fail(format!("`{}` has no loop form", other.name())),
+            };
+            let v = push(&mut body, expr, ty, row);
+            value_of.insert(id, v);
+        }
+        let mut stores = Vec::new();
+        for &o in self.g.outputs() {
+            let node = self.g.node(o);
+            if node.op == Op::Input {
+                return self.fail("an output is an input of the kernel");
+            }
+            buffers.push(Buffer {
+                name: format!("%out{}", stores.len()),
+                role: Role::Output,
+                dtype: node.ty.dtype,
+                shape: node.ty.shape.clone(),
+                index: value_loops[&o].clone(),
+            });
+            stores.push(Store {
+                buffer: buffers.len() - 1,
+                value: value_of[&o],
+            });
+        }
+        let phases = plan_phases(&body, &stores);
+        Ok(LoopNest {
+            name: self.g.name().to_string(),
+            dims,
+            reduces,
+            buffers,
+            body,
+            stores,
+            phases,
+        })
+    }
+
+    fn name(&self, id: NodeId) -> String {
+        match self.g.input_name(id) {
+            Some(n) => format!("%{n}"),
+            None => format!("%{}", id.index()),
+        }
+    }
+
+    /// Values must be f32 (bool only as comparison results used inside the kernel).
+    fn check_types(&self) -> Result<(), Unsupported> {
+        for (id, n) in self.g.nodes() {
+            let dt = n.ty.dtype;
+            let ok = match &n.op {
+                Op::Input | Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => {
+                    dt == DType::F32
+                }
+                Op::Binary(b) if b.is_comparison() => dt == DType::Bool,
+                Op::Binary(_) | Op::Where => dt == DType::F32,
+                Op::Cast { dtype } => *dtype == DType::F32,
+                _ => true,
+            };
+            let operands_ok = n.args.iter().enumerate().all(|(i, a)| match a {
+                Arg::Value(v) => {
+                    let t = self.g.node(*v).ty.dtype;
+                    match (&n.op, i) {
+                        (Op::Where, 0) => t == DType::Bool,
+                        (Op::Cast { .. }, _) => t == DType::F32 || t == DType::Bool,
+                        _ => t == DType::F32,
+                    }
+                }
+                Arg::Scalar(_) => true,
+            });
+            if !ok || !operands_ok {
+                return self.fail(format!(
+                    "{} ({} : {}) has a dtype the loop form does not handle",
+                    self.name(id),
+                    n.op.name(),
+                    n.ty
+                ));
+            }
+            if self.g.outputs().contains(&id) && dt != DType::F32 {
+                return self.fail(format!("output {} is not f32", self.name(id)));
+            }
+            if let Op::Unary(u) = n.op {
+                debug_assert!(UnaryOp::ALL.contains(&u));
+            }
+        }
+        Ok(())
+    }
+
+    fn unify(&mut self) -> Result<(), Unsupported> {
+        let ids: Vec<NodeId> = self.g.nodes().map(|(id, _)| id).collect();
+        for id in ids {
+            let node = self.g.node(id);
+            match &node.op {
+                Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } => {
+                    let operands: Vec<NodeId> = node
+                        .args
+                        .iter()
+                        .filter_map(|a| match a {
+                            Arg::Value(v) => Some(*v),
+                            Arg::Scalar(_) => None,
+                        })
+                        .collect();
+                    for v in operands {
+                        self.unify_broadcast(v, id)?;
+                    }
+                }
+                Op::Reduce { dims, keepdim, .. } => {
+                    let Arg::Value(x) = node.args[0] else {
+                        return self.fail("a reduction of a literal");
+                    };
+                    let rank = self.dims(x).len();
+                    let mut reduced: Vec<usize> = if dims.is_empty() {
+                        (0..rank).collect()
+                    } else {
+                        dims.iter()
+                            .filter_map(|&d| kiln_ir::shape::normalize_dim(d, rank))
+                            .collect()
+                    };
+                    reduced.sort_unstable();
+                    reduced.dedup();
+                    // size-1 reduced dims fold nothing
+                    let folding: Vec<usize> = reduced
+                        .iter()
+                        .copied()
+                        .filter(|&d| !self.dims(x)[d].is_one())
+                        .collect();
+                    if folding.len() > 1 {
+                        return self.fail("a reduction over several dims");
+                    }
+                    if folding.is_empty() {
+                        self.identity.push(id);
+                    }
+                    for &d in &folding {
+                        let v = self.var(x, d);
+                        self.classes.union(v, self.reduced_var);
+                    }
+                    let mut out_dim = 0;
+                    for d in 0..rank {
+                        if reduced.contains(&d) {
+                            if *keepdim {
+                                out_dim += 1;
+                            }
+                            continue;
+                        }
+                        let (a, b) = (self.var(x, d), self.var(id, out_dim));
+                        self.classes.union(a, b);
+                        out_dim += 1;
+                    }
+                }
+                Op::Input | Op::Full { .. } => {}
+                other => return self.fail(format!("`{}` has no loop form", other.name())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Unifies operand `v`'s dims with result `r`'s, right-aligned, except broadcast 1s.
+    fn unify_broadcast(&mut self, v: NodeId, r: NodeId) -> Result<(), Unsupported> {
+        let (dv, dr) = (self.dims(v).to_vec(), self.dims(r).to_vec());
+        if dv.len() > dr.len() {
+            return self.fail("an operand of higher rank than its result");
+        }
+        let shift = dr.len() - dv.len();
+        for (j, d) in dv.iter().enumerate() {
+            let rd = &dr[j + shift];
+            if d == rd {
+                let (a, b) = (self.var(v, j), self.var(r, j + shift));
+                self.classes.union(a, b);
+            } else if !d.is_one() {
+                return self.fail(format!("operand dim {d} does not broadcast to {rd}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The loop dims: one per class of size other than 1, in the order of the outputs'
+    /// dims, then the other values'; the reduced class last.
+    #[allow(clippy::type_complexity)]
+    fn loop_dims(&mut self) -> Result<(Vec<Dim>, HashMap<usize, usize>), Unsupported> {
+        let mut order: Vec<NodeId> = self.g.outputs().to_vec();
+        let mut rest: Vec<NodeId> = self.g.nodes().map(|(id, _)| id).collect();
+        rest.sort_by_key(|id| std::cmp::Reverse(self.dims(*id).len()));
+        order.extend(rest);
+        let reduced = self.classes.find(self.reduced_var);
+        let mut classes: Vec<(usize, Dim)> = Vec::new();
+        let mut reduced_dim: Option<Dim> = None;
+        for id in order {
+            for (d, size) in self.dims(id).to_vec().iter().enumerate() {
+                let c = self.classes.find(self.var(id, d));
+                if size.is_one() && !(c == reduced) {
+                    continue;
+                }
+                if c == reduced {
+                    reduced_dim = Some(size.clone());
+                    continue;
+                }
+                if !classes.iter().any(|(k, _)| *k == c) {
+                    classes.push((c, size.clone()));
+                }
+            }
+        }
+        let mut map: HashMap<usize, usize> = HashMap::new();
+        let mut dims = Vec::new();
+        for (c, size) in classes {
+            map.insert(c, dims.len());
+            dims.push(size);
+        }
+        if let Some(size) = reduced_dim {
+            map.insert(reduced, dims.len());
+            dims.push(size);
+        }
+        Ok((dims, map))
+    }
+}

@@ -1,0 +1,60 @@
+//! Raw access for generated code: tensors whose elements a compiled kernel writes before
+//! anything reads them, element addresses, and read locks held while a kernel runs.
+
+use crate::storage::{Buf, Storage};
+use crate::tensor::{checked_numel, CpuTensor};
+use crate::RuntimeError;
+use kiln_ir::DType;
+use parking_lot::RecursiveRwLockReadGuard;
+
+/// A shared lock on a tensor's storage: in-place writers wait while it is held.
+pub struct ReadLock<'a> {
+    _guard: RecursiveRwLockReadGuard<'a, Buf>,
+}
+
+impl CpuTensor {
+    /// A contiguous tensor of `shape` whose elements are not initialised.
+    ///
+    /// # Safety
+    /// The caller must write every element before any is read (generated kernels that
+    /// store to every index of their output). `bool` tensors are zero-filled, since not
+    /// every byte is a valid bool.
+    pub unsafe fn uninit(dtype: DType, shape: &[usize]) -> Result<CpuTensor, RuntimeError> {
+        let len = checked_numel(shape)
+            .filter(|n| n.checked_mul(dtype.size_bytes()).is_some())
+            .ok_or_else(|| RuntimeError::ShapeMismatch {
+                op: "uninit",
+                shape: shape.to_vec(),
+                reason: "the element count overflows".to_string(),
+            })?;
+        let storage = if dtype == DType::Bool {
+            Storage::zeros(dtype, len)
+        } else {
+            Storage::uninit(dtype, len)
+        };
+        Ok(CpuTensor::from_storage(storage, shape))
+    }
+
+    /// The address of the tensor's first element (storage start plus offset). Reading
+    /// through it is sound while the tensor lives and no in-place op writes it (hold
+    /// [`CpuTensor::read_lock`]); writing is sound only for a storage nothing else shares.
+    pub fn data_ptr(&self) -> *mut u8 {
+        self.storage()
+            .elements_ptr()
+            .wrapping_add(self.offset() * self.dtype().size_bytes())
+    }
+
+    /// Locks the storage for reading until the returned guard drops.
+    pub fn read_lock(&self) -> ReadLock<'_> {
+        ReadLock {
+            _guard: self.storage().guard(),
+        }
+    }
+}
+
+impl CpuTensor {
+    /// A contiguous copy with storage of its own.
+    pub fn deep_copy(&self) -> CpuTensor {
+        self.copy_as(self.dtype())
+    }
+}
