@@ -129,6 +129,7 @@ pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
             body,
         });
     }
+    let kernels = topological(g, kernels)?;
     let (requests, memory) = plan(g, &kernels);
     Ok(Schedule {
         graph: g.clone(),
@@ -136,6 +137,58 @@ pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
         memory,
         requests,
     })
+}
+
+/// Orders kernels so that each runs after the kernels whose outputs it reads (directly or
+/// through views); among ready kernels, the one whose first node comes first. Fused groups
+/// can interleave in the graph's node order, so first-node order alone is not enough.
+fn topological(g: &Graph, kernels: Vec<Kernel>) -> Result<Vec<Kernel>, PassError> {
+    let mut producer: HashMap<NodeId, usize> = HashMap::new();
+    for (i, k) in kernels.iter().enumerate() {
+        for o in &k.outputs {
+            producer.insert(*o, i);
+        }
+    }
+    let root = |mut v: NodeId| loop {
+        let n = g.node(v);
+        match (n.op.is_view(), n.args.first()) {
+            (true, Some(Arg::Value(b))) => v = *b,
+            _ => return v,
+        }
+    };
+    let deps: Vec<Vec<usize>> = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let mut d: Vec<usize> = k
+                .inputs
+                .iter()
+                .filter_map(|v| producer.get(&root(*v)).copied())
+                .filter(|&j| j != i)
+                .collect();
+            d.sort_unstable();
+            d.dedup();
+            d
+        })
+        .collect();
+    let mut done = vec![false; kernels.len()];
+    let mut order = Vec::with_capacity(kernels.len());
+    while order.len() < kernels.len() {
+        let next = (0..kernels.len()).find(|&i| !done[i] && deps[i].iter().all(|&j| done[j]));
+        let Some(i) = next else {
+            return Err(PassError::Unsupported {
+                pass: "schedule",
+                reason: "kernel groups depend on each other in a cycle".to_string(),
+            });
+        };
+        done[i] = true;
+        order.push(i);
+    }
+    let mut slots: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
+    Ok(order
+        .into_iter()
+        .map(|i| slots[i].take().expect("each kernel once"))
+        .collect())
 }
 
 /// The memory plan: each value a kernel writes lives from its kernel to the last kernel

@@ -590,7 +590,9 @@ impl Emitter<'_> {
                 let o = b.use_var(vacc[ri][k]);
                 v = self.math.binary(b, f, v, o);
             }
-            let l: Vec<Value> = (0..LANES as u8).map(|j| b.ins().extractlane(v, j)).collect();
+            let l: Vec<Value> = (0..LANES as u8)
+                .map(|j| b.ins().extractlane(v, j))
+                .collect();
             let a = self.math.binary(b, f, l[0], l[1]);
             let c = self.math.binary(b, f, l[2], l[3]);
             let s = self.math.binary(b, f, a, c);

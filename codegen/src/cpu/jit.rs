@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 /// The signature of every generated kernel:
 /// `(buffer addresses, strides in bytes [buffer][dim], sizes [dim], first row, end row,
 /// first inner index, end inner index)`.
-pub type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, *const i64, i64, i64, i64, i64);
+pub type KernelFn =
+    unsafe extern "C" fn(*const *mut u8, *const i64, *const i64, i64, i64, i64, i64);
 
 struct Jit {
     module: JITModule,
@@ -39,7 +40,8 @@ fn host_isa() -> Result<OwnedTargetIsa, CodegenError> {
         reason: e,
     };
     let mut fb = settings::builder();
-    fb.set("opt_level", "speed").map_err(|e| err(e.to_string()))?;
+    fb.set("opt_level", "speed")
+        .map_err(|e| err(e.to_string()))?;
     fb.set("is_pic", "false").map_err(|e| err(e.to_string()))?;
     fb.set("use_colocated_libcalls", "false")
         .map_err(|e| err(e.to_string()))?;
@@ -159,8 +161,9 @@ fn define(
     sig.params.push(cranelift_codegen::ir::AbiParam::new(ptr));
     sig.params.push(cranelift_codegen::ir::AbiParam::new(ptr));
     for _ in 0..4 {
-        sig.params
-            .push(cranelift_codegen::ir::AbiParam::new(cranelift_codegen::ir::types::I64));
+        sig.params.push(cranelift_codegen::ir::AbiParam::new(
+            cranelift_codegen::ir::types::I64,
+        ));
     }
     let fid = module
         .declare_anonymous_function(&sig)

@@ -72,13 +72,12 @@ pub(crate) fn run_graph(
                 Arg::Scalar(s) => EagerArg::Scalar(*s),
             })
             .collect();
-        let op = n
-            .op
-            .bind_symbols(&|s: &str| lookup(bound, s))
-            .map_err(|s| CodegenError::Plan {
-                plan: g.name().to_string(),
-                reason: format!("symbolic dim `{s}` is not bound by any input"),
-            })?;
+        let op =
+            n.op.bind_symbols(&|s: &str| lookup(bound, s))
+                .map_err(|s| CodegenError::Plan {
+                    plan: g.name().to_string(),
+                    reason: format!("symbolic dim `{s}` is not bound by any input"),
+                })?;
         let out = execute(&op, &args).map_err(rt)?;
         drop(args);
         vals.insert(id, out);
@@ -265,8 +264,16 @@ impl MatmulKernel {
 
 /// torch.matmul's result shape for operands of rank ≥ 1 (already checked by the tracer).
 fn infer_mm_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
-    let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
-    let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let a2: Vec<usize> = if a.len() == 1 {
+        vec![1, a[0]]
+    } else {
+        a.to_vec()
+    };
+    let b2: Vec<usize> = if b.len() == 1 {
+        vec![b[0], 1]
+    } else {
+        b.to_vec()
+    };
     let (ba, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
     let r = ba.len().max(bb.len());
     let mut shape = vec![1usize; r];

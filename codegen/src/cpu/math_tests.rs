@@ -464,15 +464,11 @@ fn check_unary_against(
     let st = check_against(TestOp::Unary(op), &xs, &ys, tol, |x, _| {
         reference(f64::from(x))
     });
+    let name = format!("{op:?}");
     eprintln!(
-        "{:<10} max {:.2} ulp, max rel {:.3e} (|ref| >= {:e}; worst x = {:e}), max abs below {:.3e}, {} values",
-        format!("{op:?}"),
-        st.max_ulp,
-        st.max_rel,
-        tol.floor,
-        st.worst_x,
-        st.max_abs_below_floor,
-        st.count
+        "{name:<10} max {:.2} ulp, max rel {:.3e} over |ref| >= {:e} (worst x = {:e}); \
+         max abs below: {:.3e}; {} values",
+        st.max_ulp, st.max_rel, tol.floor, st.worst_x, st.max_abs_below_floor, st.count
     );
     st
 }

@@ -244,13 +244,12 @@ impl CpuPlan {
                 (kiln_ir::Arg::Value(_), None) => unreachable!("values were made above"),
             })
             .collect();
-        let op = n
-            .op
-            .bind_symbols(&|s: &str| super::kernels::lookup(bound, s))
-            .map_err(|s| CodegenError::Plan {
-                plan: self.name.clone(),
-                reason: format!("symbolic dim `{s}` is not bound by any input"),
-            })?;
+        let op =
+            n.op.bind_symbols(&|s: &str| super::kernels::lookup(bound, s))
+                .map_err(|s| CodegenError::Plan {
+                    plan: self.name.clone(),
+                    reason: format!("symbolic dim `{s}` is not bound by any input"),
+                })?;
         let t = execute(&op, &eargs).map_err(|source| CodegenError::Runtime {
             kernel: format!("view %{}", id.index()),
             source,
@@ -279,7 +278,8 @@ impl CpuPlan {
                 if !fits {
                     // SAFETY: every kernel writes all of its outputs' elements before any
                     // is read; the arena's stale contents are never read.
-                    arena[b] = Some(unsafe { CpuTensor::uninit(DType::F32, &[n.max(1)]) }.map_err(rt)?);
+                    arena[b] =
+                        Some(unsafe { CpuTensor::uninit(DType::F32, &[n.max(1)]) }.map_err(rt)?);
                 }
                 let base = arena[b].as_ref().expect("just made");
                 let strides = contiguous(shape);

@@ -101,14 +101,26 @@ impl fmt::Display for LoopNest {
                     for &s in stores {
                         let st = self.stores[s];
                         let b = &self.buffers[st.buffer];
-                        writeln!(f, "{indent}  store {}{} = v{}", b.name, index_text(b), st.value)?;
+                        writeln!(
+                            f,
+                            "{indent}  store {}{} = v{}",
+                            b.name,
+                            index_text(b),
+                            st.value
+                        )?;
                     }
                 }
                 Phase::RowStores(ss) => {
                     for &s in ss {
                         let st = self.stores[s];
                         let b = &self.buffers[st.buffer];
-                        writeln!(f, "{indent}store {}{} = v{}", b.name, index_text(b), st.value)?;
+                        writeln!(
+                            f,
+                            "{indent}store {}{} = v{}",
+                            b.name,
+                            index_text(b),
+                            st.value
+                        )?;
                     }
                 }
             }

@@ -126,9 +126,8 @@ impl<'g> Lowering<'g> {
             .nodes()
             .any(|(id, n)| matches!(n.op, Op::Reduce { .. }) && !self.identity.contains(&id));
         let inner = dims.len().checked_sub(1);
-        let varies = |id: &NodeId| {
-            inner.is_some_and(|i| value_loops[id].iter().any(|l| *l == Some(i)))
-        };
+        let varies =
+            |id: &NodeId| inner.is_some_and(|i| value_loops[id].iter().any(|l| *l == Some(i)));
         let mut buffers: Vec<Buffer> = Vec::new();
         let mut body: Vec<Stmt> = Vec::new();
         let mut value_of: HashMap<NodeId, ValueId> = HashMap::new();
@@ -250,9 +249,7 @@ impl<'g> Lowering<'g> {
         for (id, n) in self.g.nodes() {
             let dt = n.ty.dtype;
             let ok = match &n.op {
-                Op::Input | Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => {
-                    dt == DType::F32
-                }
+                Op::Input | Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => dt == DType::F32,
                 Op::Binary(b) if b.is_comparison() => dt == DType::Bool,
                 Op::Binary(_) | Op::Where => dt == DType::F32,
                 Op::Cast { dtype } => *dtype == DType::F32,

@@ -114,7 +114,9 @@ pub(crate) fn plan_phases(body: &[Stmt], stores: &[Store]) -> Vec<Phase> {
             stores: point_stores,
         });
     }
-    debug_assert!(body.iter().all(|s| s.ty == ScalarType::F32 || s.ty == ScalarType::Bool));
+    debug_assert!(body
+        .iter()
+        .all(|s| s.ty == ScalarType::F32 || s.ty == ScalarType::Bool));
     phases
 }
 

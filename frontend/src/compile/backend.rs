@@ -7,10 +7,10 @@
 use crate::error::{Error, Result};
 use kiln_codegen::cpu::CpuPlan;
 use kiln_codegen::CodegenError;
-use kiln_passes::pipeline::{run_passes, PassOptions};
-use kiln_passes::schedule::schedule;
 use kiln_ir::interp::{eval, Value};
 use kiln_ir::{Arg, Dim, Graph, Op};
+use kiln_passes::pipeline::{run_passes, PassOptions};
+use kiln_passes::schedule::schedule;
 use kiln_runtime::{execute, CpuTensor, EagerArg};
 use std::collections::HashMap;
 use std::fmt;
@@ -272,10 +272,20 @@ impl CpuExecutable {
         } else {
             &["decompose"]
         };
-        let opt = run_passes(g, passes, &PassOptions::default(), false)
-            .map_err(|e| err(e.to_string()))?;
-        let s = schedule(&opt).map_err(|e| err(e.to_string()))?;
-        let plan = CpuPlan::new(&s).map_err(|e| err(e.to_string()))?;
+        let build = |passes: &[&str]| -> Result<CpuPlan> {
+            let opt = run_passes(g, passes, &PassOptions::default(), false)
+                .map_err(|e| err(e.to_string()))?;
+            let s = schedule(&opt).map_err(|e| err(e.to_string()))?;
+            CpuPlan::new(&s).map_err(|e| err(e.to_string()))
+        };
+        // a fused program that cannot be scheduled falls back to one kernel per op
+        let plan = build(passes).or_else(|e| {
+            if fusion {
+                build(&["decompose"])
+            } else {
+                Err(e)
+            }
+        })?;
         Ok(CpuExecutable { plan })
     }
 }

@@ -573,7 +573,11 @@ pub fn matmul_into(
     // (batch item, first row, rows) blocks; each one is a gemm then its epilogue
     let block = rows_per_block(n);
     let threads = rayon::current_num_threads();
-    let big = rows.saturating_mul(n).saturating_mul(k).saturating_mul(items) >= PAR_FLOPS;
+    let big = rows
+        .saturating_mul(n)
+        .saturating_mul(k)
+        .saturating_mul(items)
+        >= PAR_FLOPS;
     let run_block = |bi: usize, r0: usize, nr: usize, par: Parallelism| {
         let (ma, mb) = mats(bi);
         let d = dst;

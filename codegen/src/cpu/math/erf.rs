@@ -61,8 +61,9 @@ fn exp_neg_sq(e: &mut Em, v: Value, s: f32) -> Value {
     exp_hl(e, hi, lo)
 }
 
-/// `erf x`: `x·(2/√π + x²·Q(x²))` for |x| < 0.75, else `±(1 - e^(-x²)·R(|x|))` with |x| clamped to 10
-/// (where erfc is already under the smallest denormal). ±inf give ±1, NaN gives NaN.
+/// `erf x`: `x·(2/√π + x²·Q(x²))` for |x| < 0.75, else `±(1 - e^(-x²)·R(|x|))` with |x|
+/// clamped to 10 (where erfc is already under the smallest denormal). ±inf give ±1, NaN
+/// gives NaN.
 pub(super) fn erf(e: &mut Em, x: Value) -> Value {
     let ax = e.abs(x);
     let a = e.min_keep_nan(ax, 10.0);

@@ -23,7 +23,8 @@ const EXP_LO: f32 = -87.33655;
 
 /// sqrt(1/2): mantissas below it are doubled so the log argument is in [√½, √2).
 const SQRT_HALF: f32 = std::f32::consts::FRAC_1_SQRT_2;
-/// `(log(1+f) - f + f²/2)/f³` on f ∈ [√½-1, √2-1], minimax relative (5.8e-9), highest first.
+/// `(log(1+f) - f + f²/2)/f³` on f ∈ [√½-1, √2-1], minimax relative (5.8e-9), highest
+/// degree first.
 const LOG_P: [f32; 8] = [
     -0.076345,
     0.12761578,
@@ -37,9 +38,9 @@ const LOG_P: [f32; 8] = [
 
 /// `exp(hi + lo)` for finite or NaN arguments, without the overflow and underflow fix-ups:
 /// range reduction `n = round((hi+lo)/ln2)`, `r = (hi - n·LN2_HI) + (lo - n·LN2_LO)`
-/// (`hi - n·LN2_HI` is exact), `exp(r) = 1 + r·(1 + r·P(r))`, and `2^n` added into the exponent
-/// bits. Valid (normal results) while `hi + lo ∈ [EXP_LO, EXP_HI]`; `lo` must be small
-/// (|lo| ≲ 0.05) next to the reduction interval.
+/// (`hi - n·LN2_HI` is exact while |r| < 1/2, i.e. for |lo| ≲ 0.15), `exp(r) =
+/// 1 + r·(1 + r·P(r))`, and `2^n` added into the exponent bits. Valid (normal results) while
+/// `hi + lo ∈ [EXP_LO, EXP_HI]`.
 fn exp_core(e: &mut Em, hi: Value, lo: Option<Value>) -> Value {
     let s = match lo {
         Some(lo) => e.add(hi, lo),
