@@ -8,7 +8,7 @@
 //! [`Spec`] fixes, per buffer, whether its inner stride is one element, zero, or anything,
 //! so contiguous accesses become vector loads and stores.
 
-use super::math::Math;
+use super::math::{vconst_bits, Math};
 use crate::loops::{Expr, LoopNest, Phase, Role, ScalarType, ValueId};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
@@ -67,14 +67,10 @@ fn unroll(nest: &LoopNest, point: &[ValueId], reduces: &[ValueId]) -> i64 {
             _ => 1,
         })
         .sum();
-    if !reduces.is_empty() && weight <= 24 {
+    if weight <= 12 || (!reduces.is_empty() && weight <= 24) {
         4
-    } else if weight <= 12 {
-        4
-    } else if weight <= 40 {
-        2
     } else {
-        1
+        2
     }
 }
 
@@ -332,8 +328,11 @@ impl Emitter<'_> {
         }
     }
 
-    /// A row value as a vector (splat; bools become lane masks).
+    /// A row value as a vector (splat; bools become lane masks; constants from the pool).
     fn splat(&self, b: &mut FunctionBuilder, v: ValueId) -> Value {
+        if let Expr::Const(c) = self.nest.body[v].expr {
+            return vconst_bits(b, f32x4(), (c as f32).to_bits());
+        }
         let x = self.row[&v];
         match self.nest.body[v].ty {
             ScalarType::F32 => b.ins().splat(f32x4(), x),
@@ -421,13 +420,10 @@ impl Emitter<'_> {
             let e = &self.nest.body[v].expr;
             let x = match e {
                 Expr::Load(buf) => self.load(b, *buf, iv, w),
-                Expr::Const(c) => {
-                    let s = b.ins().f32const(*c as f32);
-                    match w {
-                        Width::Scalar => s,
-                        Width::Vector => b.ins().splat(f32x4(), s),
-                    }
-                }
+                Expr::Const(c) => match w {
+                    Width::Scalar => b.ins().f32const(*c as f32),
+                    Width::Vector => vconst_bits(b, f32x4(), (*c as f32).to_bits()),
+                },
                 Expr::InnerLen => match w {
                     Width::Scalar => self.inner_len,
                     Width::Vector => b.ins().splat(f32x4(), self.inner_len),
@@ -586,8 +582,8 @@ impl Emitter<'_> {
             let (op, _) = self.reduce_op(r);
             let f = reduce_binary(op);
             let mut v = b.use_var(vacc[ri][0]);
-            for k in 1..u as usize {
-                let o = b.use_var(vacc[ri][k]);
+            for &acc in &vacc[ri][1..] {
+                let o = b.use_var(acc);
                 v = self.math.binary(b, f, v, o);
             }
             let l: Vec<Value> = (0..LANES as u8)

@@ -57,6 +57,7 @@ use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::JITModule;
 use cranelift_module::{Linkage, Module, ModuleError};
 use emit::Em;
+pub(crate) use emit::vconst_bits;
 use kiln_ir::{BinaryOp, UnaryOp};
 
 /// The symbol name under which `pow`'s per-lane helper is imported.

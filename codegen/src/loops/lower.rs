@@ -127,7 +127,7 @@ impl<'g> Lowering<'g> {
             .any(|(id, n)| matches!(n.op, Op::Reduce { .. }) && !self.identity.contains(&id));
         let inner = dims.len().checked_sub(1);
         let varies =
-            |id: &NodeId| inner.is_some_and(|i| value_loops[id].iter().any(|l| *l == Some(i)));
+            |id: &NodeId| inner.is_some_and(|i| value_loops[id].contains(&Some(i)));
         let mut buffers: Vec<Buffer> = Vec::new();
         let mut body: Vec<Stmt> = Vec::new();
         let mut value_of: HashMap<NodeId, ValueId> = HashMap::new();
@@ -385,7 +385,7 @@ impl<'g> Lowering<'g> {
         for id in order {
             for (d, size) in self.dims(id).to_vec().iter().enumerate() {
                 let c = self.classes.find(self.var(id, d));
-                if size.is_one() && !(c == reduced) {
+                if size.is_one() && c != reduced {
                     continue;
                 }
                 if c == reduced {

@@ -46,13 +46,14 @@ impl<'a, 'f> Em<'a, 'f> {
         }
     }
 
-    /// A float constant (splat for vectors).
+    /// A float constant (for vectors a `vconst` from the constant pool: one load that x86
+    /// can fold into the instruction using it, where `f32const` + `splat` would be
+    /// re-materialised with a shuffle in every loop iteration).
     pub(super) fn c(&mut self, v: f32) -> Value {
-        let s = self.b.ins().f32const(v);
         if self.is_vec() {
-            self.b.ins().splat(self.ty, s)
+            vconst_bits(self.b, self.ty, v.to_bits())
         } else {
-            s
+            self.b.ins().f32const(v)
         }
     }
 
@@ -63,11 +64,10 @@ impl<'a, 'f> Em<'a, 'f> {
 
     /// An `i32` constant of the integer type [`Em::ity`].
     pub(super) fn ci(&mut self, v: i32) -> Value {
-        let s = self.b.ins().iconst(types::I32, i64::from(v));
         if self.is_vec() {
-            self.b.ins().splat(types::I32X4, s)
+            vconst_bits(self.b, types::I32X4, v as u32)
         } else {
-            s
+            self.b.ins().iconst(types::I32, i64::from(v))
         }
     }
 
@@ -249,4 +249,15 @@ impl<'a, 'f> Em<'a, 'f> {
         let bit = self.b.ins().band(i, one);
         self.b.ins().icmp(IntCC::Equal, bit, one)
     }
+}
+
+/// A 4-lane constant of 32-bit lanes all equal to `bits`, from the function's constant pool.
+pub(crate) fn vconst_bits(b: &mut FunctionBuilder, ty: Type, bits: u32) -> Value {
+    let bytes: Vec<u8> = (0..4).flat_map(|_| bits.to_le_bytes()).collect();
+    let c = b
+        .func
+        .dfg
+        .constants
+        .insert(cranelift_codegen::ir::ConstantData::from(bytes));
+    b.ins().vconst(ty, c)
 }
