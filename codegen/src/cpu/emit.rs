@@ -249,6 +249,11 @@ fn reduce_binary(op: ReduceOp) -> BinaryOp {
     }
 }
 
+/// The key under which the splat of `1/v` is kept among a loop's splats.
+fn recip_key(v: ValueId) -> ValueId {
+    usize::MAX - v
+}
+
 /// Whether values are scalars or F32X4 vectors.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Width {
@@ -429,6 +434,16 @@ impl Emitter<'_> {
                     Width::Vector => b.ins().splat(f32x4(), self.inner_len),
                 },
                 Expr::Reduce(..) => unreachable!("reductions are row values"),
+                Expr::Binary(BinaryOp::Div, x, y)
+                    if w == Width::Vector && splats.contains_key(&recip_key(*y)) =>
+                {
+                    let xv = if self.nest.body[*x].row {
+                        splats[x]
+                    } else {
+                        vals[x]
+                    };
+                    b.ins().fmul(xv, splats[&recip_key(*y)])
+                }
                 other => {
                     let operand = |x: &ValueId| {
                         if self.nest.body[*x].row {
@@ -493,6 +508,18 @@ impl Emitter<'_> {
             if self.nest.body[x].row && !splats.contains_key(&x) {
                 let s = self.splat(b, x);
                 splats.insert(x, s);
+            }
+        }
+        // a division by a row value becomes a multiplication by its reciprocal, computed
+        // once per row (≤ 1 ulp from the quotient)
+        for &v in point {
+            if let Expr::Binary(BinaryOp::Div, _, y) = self.nest.body[v].expr {
+                if self.nest.body[y].row && !splats.contains_key(&recip_key(y)) {
+                    let one = b.ins().f32const(1.0);
+                    let r = b.ins().fdiv(one, self.row[&y]);
+                    let s = b.ins().splat(f32x4(), r);
+                    splats.insert(recip_key(y), s);
+                }
             }
         }
         // accumulators

@@ -40,8 +40,12 @@ fn host_isa() -> Result<OwnedTargetIsa, CodegenError> {
         reason: e,
     };
     let mut fb = settings::builder();
-    fb.set("opt_level", "speed")
-        .map_err(|e| err(e.to_string()))?;
+    // `none` by default: at `speed`, Cranelift's e-graph pass sinks a reduction's result
+    // (the horizontal combine of the accumulators and its splat) into the next inner loop
+    // and recomputes it every iteration; the loop nests already place each value where it
+    // belongs. KILN_CLIF_OPT=speed turns the optimiser back on for comparison.
+    let opt = std::env::var("KILN_CLIF_OPT").unwrap_or_else(|_| "none".to_string());
+    fb.set("opt_level", &opt).map_err(|e| err(e.to_string()))?;
     fb.set("is_pic", "false").map_err(|e| err(e.to_string()))?;
     fb.set("use_colocated_libcalls", "false")
         .map_err(|e| err(e.to_string()))?;
@@ -177,9 +181,20 @@ fn define(
         // the function stays declared but undefined; it is never called
         return Ok(unused_kernel);
     }
+    let asm = std::env::var_os("KILN_ASM").is_some();
+    ctx.set_disasm(asm);
     module
         .define_function(fid, &mut ctx)
         .map_err(|e| err(format!("{e:?}")))?;
+    if asm {
+        if let Some(cc) = ctx.compiled_code() {
+            eprintln!(
+                "---- {} ----\n{}",
+                nest.name,
+                cc.vcode.as_deref().unwrap_or("")
+            );
+        }
+    }
     module.clear_context(&mut ctx);
     module
         .finalize_definitions()

@@ -56,8 +56,8 @@ use cranelift_codegen::ir::{types, AbiParam, FuncRef, Function, InstBuilder, Typ
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::JITModule;
 use cranelift_module::{Linkage, Module, ModuleError};
-use emit::Em;
 pub(crate) use emit::vconst_bits;
+use emit::Em;
 use kiln_ir::{BinaryOp, UnaryOp};
 
 /// The symbol name under which `pow`'s per-lane helper is imported.

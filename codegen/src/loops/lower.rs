@@ -8,7 +8,7 @@
 //! generators do not handle) is [`Unsupported`], and the backend runs it with the eager
 //! kernels instead.
 
-use super::phases::plan_phases;
+use super::phases::{plan_phases, reuse_expensive};
 use super::{Buffer, Expr, LoopNest, Role, ScalarType, Stmt, Store, ValueId};
 use kiln_ir::{Arg, BinaryOp, DType, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use std::collections::HashMap;
@@ -126,8 +126,7 @@ impl<'g> Lowering<'g> {
             .nodes()
             .any(|(id, n)| matches!(n.op, Op::Reduce { .. }) && !self.identity.contains(&id));
         let inner = dims.len().checked_sub(1);
-        let varies =
-            |id: &NodeId| inner.is_some_and(|i| value_loops[id].contains(&Some(i)));
+        let varies = |id: &NodeId| inner.is_some_and(|i| value_loops[id].contains(&Some(i)));
         let mut buffers: Vec<Buffer> = Vec::new();
         let mut body: Vec<Stmt> = Vec::new();
         let mut value_of: HashMap<NodeId, ValueId> = HashMap::new();
@@ -226,7 +225,7 @@ impl<'g> Lowering<'g> {
             });
         }
         let phases = plan_phases(&body, &stores);
-        Ok(LoopNest {
+        let mut nest = LoopNest {
             name: self.g.name().to_string(),
             dims,
             reduces,
@@ -234,7 +233,9 @@ impl<'g> Lowering<'g> {
             body,
             stores,
             phases,
-        })
+        };
+        reuse_expensive(&mut nest);
+        Ok(nest)
     }
 
     fn name(&self, id: NodeId) -> String {

@@ -126,3 +126,113 @@ fn operand_of(body: &[Stmt], r: ValueId) -> ValueId {
         _ => unreachable!("not a reduction"),
     }
 }
+
+/// True for instructions worth storing rather than computing twice (transcendentals).
+fn expensive(e: &Expr) -> bool {
+    use kiln_ir::UnaryOp::*;
+    match e {
+        Expr::Unary(u, _) => !matches!(u, Neg | Abs | Relu | Sqrt | Recip | Rsqrt),
+        Expr::Binary(kiln_ir::BinaryOp::Pow, ..) => true,
+        _ => false,
+    }
+}
+
+/// Stores instead of recomputing: when the loop that stores the outputs would recompute an
+/// expensive point value that an earlier reduction loop of the row already computed (the
+/// `exp` of softmax), the earlier loop also stores it into the output buffer and the last
+/// loop loads it back (then overwrites it at the same index). Applies when the last loop has
+/// one store, to an output indexed by every loop dim, and the value's users in the last loop
+/// are used nowhere else.
+pub(crate) fn reuse_expensive(nest: &mut super::LoopNest) {
+    let dims = nest.dims.len();
+    let Some(Phase::Inner {
+        point: last_point,
+        reduces: last_reduces,
+        stores: last_stores,
+    }) = nest.phases.last().cloned()
+    else {
+        return;
+    };
+    if !last_reduces.is_empty() || last_stores.len() != 1 {
+        return;
+    }
+    let out = nest.stores[last_stores[0]].buffer;
+    let covers = (0..dims).all(|d| nest.buffers[out].index.contains(&Some(d)));
+    if !covers {
+        return;
+    }
+    // point values of earlier loops
+    let mut earlier: Vec<(usize, ValueId)> = Vec::new();
+    for (pi, p) in nest.phases.iter().enumerate() {
+        if let Phase::Inner { point, .. } = p {
+            if pi + 1 < nest.phases.len() {
+                earlier.extend(point.iter().map(|&v| (pi, v)));
+            }
+        }
+    }
+    let Some(&(phase, e)) = earlier
+        .iter()
+        .filter(|(_, v)| last_point.contains(v) && expensive(&nest.body[*v].expr))
+        .max_by_key(|(_, v)| *v)
+    else {
+        return;
+    };
+    // the last loop's users of `e` must belong to the last loop alone
+    let users: Vec<ValueId> = last_point
+        .iter()
+        .copied()
+        .filter(|&u| operands(&nest.body[u].expr).contains(&e))
+        .collect();
+    if users.iter().any(|u| earlier.iter().any(|(_, v)| v == u)) {
+        return;
+    }
+    let reload = nest.body.len();
+    nest.body.push(super::Stmt {
+        expr: Expr::Load(out),
+        ty: ScalarType::F32,
+        row: false,
+    });
+    for &u in &users {
+        let expr = match nest.body[u].expr.clone() {
+            Expr::Unary(op, _) => Expr::Unary(op, reload),
+            Expr::Binary(op, x, y) => Expr::Binary(
+                op,
+                if x == e { reload } else { x },
+                if y == e { reload } else { y },
+            ),
+            Expr::Where(c, x, y) => Expr::Where(
+                if c == e { reload } else { c },
+                if x == e { reload } else { x },
+                if y == e { reload } else { y },
+            ),
+            Expr::BoolToF32(_) => Expr::BoolToF32(reload),
+            other => other,
+        };
+        nest.body[u].expr = expr;
+    }
+    nest.stores.push(Store {
+        buffer: out,
+        value: e,
+    });
+    let spill = nest.stores.len() - 1;
+    if let Phase::Inner { stores, .. } = &mut nest.phases[phase] {
+        stores.push(spill);
+    }
+    // the last loop's point values, recollected from its store
+    let n = nest.body.len();
+    let mut point = vec![false; n];
+    let mut row = vec![false; n];
+    collect(
+        &nest.body,
+        nest.stores[last_stores[0]].value,
+        &mut point,
+        &mut row,
+    );
+    // body order is dependency order except for the reload (appended last, depends on
+    // nothing): loads go first
+    let mut order: Vec<ValueId> = (0..n).filter(|&v| point[v]).collect();
+    order.sort_by_key(|&v| (!matches!(nest.body[v].expr, Expr::Load(_)), v));
+    if let Some(Phase::Inner { point: p, .. }) = nest.phases.last_mut() {
+        *p = order;
+    }
+}
