@@ -158,13 +158,11 @@ fn topological(g: &Graph, kernels: Vec<Kernel>) -> Result<Vec<Kernel>, PassError
     };
     let deps: Vec<Vec<usize>> = kernels
         .iter()
-        .enumerate()
-        .map(|(i, k)| {
+        .map(|k| {
             let mut d: Vec<usize> = k
                 .inputs
                 .iter()
                 .filter_map(|v| producer.get(&root(*v)).copied())
-                .filter(|&j| j != i)
                 .collect();
             d.sort_unstable();
             d.dedup();
@@ -174,7 +172,8 @@ fn topological(g: &Graph, kernels: Vec<Kernel>) -> Result<Vec<Kernel>, PassError
     let mut done = vec![false; kernels.len()];
     let mut order = Vec::with_capacity(kernels.len());
     while order.len() < kernels.len() {
-        let next = (0..kernels.len()).find(|&i| !done[i] && deps[i].iter().all(|&j| done[j]));
+        // a kernel that reads (a view of) its own output is a cycle of one
+        let next = (0..kernels.len()).find(|&i| !done[i] && deps[i].iter().all(|&j| done[j] && j != i));
         let Some(i) = next else {
             return Err(PassError::Unsupported {
                 pass: "schedule",
