@@ -173,7 +173,8 @@ fn topological(g: &Graph, kernels: Vec<Kernel>) -> Result<Vec<Kernel>, PassError
     let mut order = Vec::with_capacity(kernels.len());
     while order.len() < kernels.len() {
         // a kernel that reads (a view of) its own output is a cycle of one
-        let next = (0..kernels.len()).find(|&i| !done[i] && deps[i].iter().all(|&j| done[j] && j != i));
+        let next =
+            (0..kernels.len()).find(|&i| !done[i] && deps[i].iter().all(|&j| done[j] && j != i));
         let Some(i) = next else {
             return Err(PassError::Unsupported {
                 pass: "schedule",

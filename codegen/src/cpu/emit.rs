@@ -84,8 +84,12 @@ struct Emitter<'a> {
     inner_stride: Vec<Value>,
     /// the inner length as f32
     inner_len: Value,
+    /// the inner length as i64
+    inner_len_i: Value,
     /// row values of the current row (scalars; bools as i8)
     row: HashMap<ValueId, Value>,
+    /// the f64 totals of sums, so that a mean divides before rounding to f32
+    row64: HashMap<ValueId, Value>,
 }
 
 /// Builds the body of `func` (whose signature is the kernel signature) for `nest` at `spec`.
@@ -148,7 +152,9 @@ pub(crate) fn emit_nest(
         base,
         inner_stride,
         inner_len,
+        inner_len_i: sizes[k],
         row: HashMap::new(),
+        row64: HashMap::new(),
     };
     for phase in &nest.phases {
         match phase {
@@ -249,6 +255,27 @@ fn reduce_binary(op: ReduceOp) -> BinaryOp {
     }
 }
 
+fn is_sum(op: ReduceOp) -> bool {
+    matches!(op, ReduceOp::Sum | ReduceOp::Mean)
+}
+
+/// The four lanes of an F32X4 as two F64X2 (low and high halves).
+fn widen(b: &mut FunctionBuilder, x: Value) -> (Value, Value) {
+    let lo = b.ins().fvpromote_low(x);
+    let little = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+    let bytes = b.ins().bitcast(types::I8X16, little, x);
+    let mask: Vec<u8> = (8..16).chain(8..16).collect();
+    let imm = b
+        .func
+        .dfg
+        .immediates
+        .push(cranelift_codegen::ir::ConstantData::from(mask));
+    let high = b.ins().shuffle(bytes, bytes, imm);
+    let high = b.ins().bitcast(f32x4(), little, high);
+    let hi = b.ins().fvpromote_low(high);
+    (lo, hi)
+}
+
 /// The key under which the splat of `1/v` is kept among a loop's splats.
 fn recip_key(v: ValueId) -> ValueId {
     usize::MAX - v
@@ -277,6 +304,24 @@ impl Emitter<'_> {
             Expr::Const(c) => b.ins().f32const(c as f32),
             Expr::InnerLen => self.inner_len,
             Expr::Reduce(..) => self.row[&v],
+            // a mean: the f64 total divided by the count, rounded once (as eager does)
+            Expr::Binary(BinaryOp::Div, x, y) if self.row64.contains_key(&x) => {
+                let d = match self.nest.body[y].expr {
+                    Expr::Const(c) => Some(b.ins().f64const(c)),
+                    Expr::InnerLen => Some(b.ins().fcvt_from_sint(types::F64, self.inner_len_i)),
+                    _ => None,
+                };
+                match d {
+                    Some(d) => {
+                        let q = b.ins().fdiv(self.row64[&x], d);
+                        b.ins().fdemote(types::F32, q)
+                    }
+                    None => {
+                        let ops = |x: &ValueId| self.row[x];
+                        self.compute(b, &e, Width::Scalar, &ops)
+                    }
+                }
+            }
             other => {
                 let ops = |x: &ValueId| self.row[x];
                 self.compute(b, &other, Width::Scalar, &ops)
@@ -527,17 +572,25 @@ impl Emitter<'_> {
         let mut sacc: Vec<Variable> = Vec::new();
         for &r in reduces {
             let (op, _) = self.reduce_op(r);
-            let id = b.ins().f32const(reduce_identity(op));
-            let idv = b.ins().splat(f32x4(), id);
-            let vs: Vec<Variable> = (0..u)
+            // sums accumulate in f64 (two F64X2 halves per vector), as eager does, so a row
+            // of equal values sums exactly and layer norm of a constant row is 0
+            let (sty, vty, copies, id) = if is_sum(op) {
+                let z = b.ins().f64const(0.0);
+                (types::F64, types::F64X2, 2 * u, z)
+            } else {
+                let z = b.ins().f32const(reduce_identity(op));
+                (types::F32, f32x4(), u, z)
+            };
+            let idv = b.ins().splat(vty, id);
+            let vs: Vec<Variable> = (0..copies)
                 .map(|_| {
-                    let v = b.declare_var(f32x4());
+                    let v = b.declare_var(vty);
                     b.def_var(v, idv);
                     v
                 })
                 .collect();
             vacc.push(vs);
-            let s = b.declare_var(types::F32);
+            let s = b.declare_var(sty);
             b.def_var(s, id);
             sacc.push(s);
         }
@@ -567,9 +620,19 @@ impl Emitter<'_> {
             for (ri, &r) in reduces.iter().enumerate() {
                 let (op, x) = self.reduce_op(r);
                 let xv = self.lookup(x, Width::Vector, &vals, &splats);
-                let acc = b.use_var(vacc[ri][k as usize]);
-                let n = self.math.binary(b, reduce_binary(op), acc, xv);
-                b.def_var(vacc[ri][k as usize], n);
+                if is_sum(op) {
+                    let (lo, hi) = widen(b, xv);
+                    for (j, h) in [lo, hi].into_iter().enumerate() {
+                        let var = vacc[ri][2 * k as usize + j];
+                        let acc = b.use_var(var);
+                        let n = b.ins().fadd(acc, h);
+                        b.def_var(var, n);
+                    }
+                } else {
+                    let acc = b.use_var(vacc[ri][k as usize]);
+                    let n = self.math.binary(b, reduce_binary(op), acc, xv);
+                    b.def_var(vacc[ri][k as usize], n);
+                }
             }
             for &s in stores {
                 let st = self.nest.stores[s];
@@ -592,7 +655,12 @@ impl Emitter<'_> {
             let (op, x) = self.reduce_op(r);
             let xv = self.lookup(x, Width::Scalar, &vals, &splats);
             let acc = b.use_var(sacc[ri]);
-            let n = self.math.binary(b, reduce_binary(op), acc, xv);
+            let n = if is_sum(op) {
+                let w = b.ins().fpromote(types::F64, xv);
+                b.ins().fadd(acc, w)
+            } else {
+                self.math.binary(b, reduce_binary(op), acc, xv)
+            };
             b.def_var(sacc[ri], n);
         }
         for &s in stores {
@@ -607,6 +675,22 @@ impl Emitter<'_> {
         b.switch_to_block(done);
         for (ri, &r) in reduces.iter().enumerate() {
             let (op, _) = self.reduce_op(r);
+            if is_sum(op) {
+                let mut v = b.use_var(vacc[ri][0]);
+                for &acc in &vacc[ri][1..] {
+                    let o = b.use_var(acc);
+                    v = b.ins().fadd(v, o);
+                }
+                let l0 = b.ins().extractlane(v, 0);
+                let l1 = b.ins().extractlane(v, 1);
+                let s = b.ins().fadd(l0, l1);
+                let t = b.use_var(sacc[ri]);
+                let total = b.ins().fadd(s, t);
+                self.row64.insert(r, total);
+                let total = b.ins().fdemote(types::F32, total);
+                self.row.insert(r, total);
+                continue;
+            }
             let f = reduce_binary(op);
             let mut v = b.use_var(vacc[ri][0]);
             for &acc in &vacc[ri][1..] {

@@ -368,12 +368,18 @@ impl CpuPlan {
                     }
                     let mut all: Vec<&CpuTensor> = in_refs.clone();
                     all.extend(outs.iter());
-                    match n.prepare(&all, false)? {
-                        Some(call) => {
+                    match n.prepare(&all, false) {
+                        Ok(Some(call)) => {
                             call.run(n.nest.reduces);
                             outs
                         }
-                        None => run_graph(&step.body, &in_refs, bound)?,
+                        // an empty loop, or (a generator bug) a kernel Cranelift rejects:
+                        // the eager kernels compute the group instead
+                        Ok(None) => run_graph(&step.body, &in_refs, bound)?,
+                        Err(e) => {
+                            tracing::warn!(target: "kiln::code", "{e}; running {} eagerly", step.name);
+                            run_graph(&step.body, &in_refs, bound)?
+                        }
                     }
                 }
                 CpuKernel::Matmul(m) => {
