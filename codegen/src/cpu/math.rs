@@ -18,7 +18,7 @@
 //! |---|---|---|---|---|---|
 //! | exp | `2^n·(1 + r(1 + r·P(r)))`, n added into the exponent bits | `n = round(x/ln2)` by the 1.5·2²³ shifter, `r = x - n·ln2` with a 2-part ln2 (first product exact), \|r\| ≤ ln2/2 | P deg 4, total deg 6 (3.1e-9) | 1.16 ulp (9.7e-8) | x ∈ [-87.34, 88.72]; above → +inf, below → 0 (outputs under 2⁻¹²⁶ flushed), exp(NaN) = NaN |
 //! | log | `k·ln2 + f - f²/2 + f³·P(f)` | `x = m·2^k`, m ∈ [√½, √2), `f = m - 1` exact; denormals scaled by 2²³ first | P deg 7, total deg 10 (5.8e-9) | 0.81 ulp (8.0e-8) | all x > 0 incl. denormals; log 0 = -inf, log(x<0) = NaN, log inf = inf |
-//! | sin, cos | `±sin r` or `±cos r` by the quadrant `j mod 4` | `j = round(2x/π)`, Cody–Waite `r = x - j·π/2` with a 3-part π/2 (8 + 8 + 24 bits), \|r\| ≤ π/4 | sin `r + r³S(r²)`, S deg 2 (3.8e-9); cos `1 - r²/2 + r⁴C(r²)`, C deg 2 (1.2e-10) | 1.57 ulp (1.3e-7) where \|y\| ≥ 0.1 (≥ 1e-3 for \|x\| ≤ 100); absolute ≤ 9.4e-9 near the roots | \|x\| ≤ 1e5 (products exact for \|j\| < 2¹⁶); past it bounded in [-1, 1] but meaningless; ±inf, NaN → NaN |
+//! | sin, cos | `±sin r` or `±cos r` by the quadrant `j mod 4` | `j = round(2x/π)`, Cody–Waite `r = x - j·π/2` with a 3-part π/2 (8 + 8 + 24 bits), \|r\| ≤ π/4 | sin `r + r³S(r²)`, S deg 2 (3.8e-9); cos `1 - r²/2 + r⁴C(r²)`, C deg 2 (1.2e-10) | 1.57 ulp (1.3e-7) where \|y\| ≥ 0.1 (≥ 1e-3 for \|x\| ≤ 100); absolute ≤ 9.4e-9 near the roots | \|x\| ≤ 1e5 (products exact for \|j\| < 2¹⁶); when any lane is past it (or infinite), a branch computes every lane with libm's f64 sine/cosine (`kiln_sinf`/`kiln_cosf`), as eager does; NaN → NaN |
 //! | tanh | `x + x³·P(x²)` for \|x\| < 0.625, else `±(1 - 2/(e^2\|x\| + 1))` | via exp | P deg 4 in x², total deg 11 (4.4e-9) | 1.28 ulp (1.3e-7) | all x; tanh ±inf = ±1 |
 //! | erf | `x·(2/√π + x²·Q(x²))` for \|x\| < 0.75, else `±(1 - e^(-x²)·R(\|x\|))` | `x² = xh² + xl·(x + xh)` split exactly into exp (xh: 12 bits) | Q deg 4 in x² (1.4e-9); R deg 10 in `(a-3)/(a+3)` on a ∈ [0, 10] (1.4e-9) | 1.92 ulp (1.6e-7) | all x; erf ±inf = ±1 |
 //! | sigmoid | `1/(1 + e^-x)` | via exp | - | 2.28 ulp (1.5e-7) | all x; x < -88.7 gives 0 (true value < 3e-39) |
@@ -68,10 +68,32 @@ extern "C" fn kiln_powf(x: f32, y: f32) -> f32 {
     libm::powf(x, y)
 }
 
+/// The symbol names of the exact sine and cosine for large arguments.
+const SINF: &str = "kiln_sinf";
+const COSF: &str = "kiln_cosf";
+
+/// Beyond this |x| the polynomial sine and cosine lose accuracy (their Cody–Waite
+/// reduction is exact up to about 1e5): such lanes take the libm path.
+const TRIG_LIMIT: f32 = 1e5;
+
+/// The sine in f64, rounded once (what eager computes).
+extern "C" fn kiln_sinf(x: f32) -> f32 {
+    libm::sin(f64::from(x)) as f32
+}
+
+/// The cosine in f64, rounded once (what eager computes).
+extern "C" fn kiln_cosf(x: f32) -> f32 {
+    libm::cos(f64::from(x)) as f32
+}
+
 /// libm symbols the JIT module must know (registered with `JITBuilder::symbol` before the
 /// module is built).
 pub(crate) fn libm_symbols() -> Vec<(&'static str, *const u8)> {
-    vec![(POWF, kiln_powf as *const u8)]
+    vec![
+        (POWF, kiln_powf as *const u8),
+        (SINF, kiln_sinf as *const u8),
+        (COSF, kiln_cosf as *const u8),
+    ]
 }
 
 /// Emits kiln's float ops in a function being built.
@@ -80,6 +102,9 @@ pub(crate) struct Math {
     fma: bool,
     /// `kiln_powf`, imported into the function.
     powf: FuncRef,
+    /// `kiln_sinf` and `kiln_cosf`, for arguments past [`TRIG_LIMIT`].
+    sinf: FuncRef,
+    cosf: FuncRef,
 }
 
 impl Math {
@@ -101,7 +126,19 @@ impl Math {
         sig.returns.push(AbiParam::new(types::F32));
         let id = module.declare_function(POWF, Linkage::Import, &sig)?;
         let powf = module.declare_func_in_func(id, func);
-        Ok(Math { fma, powf })
+        let mut sig1 = module.make_signature();
+        sig1.params.push(AbiParam::new(types::F32));
+        sig1.returns.push(AbiParam::new(types::F32));
+        let sid = module.declare_function(SINF, Linkage::Import, &sig1)?;
+        let cid = module.declare_function(COSF, Linkage::Import, &sig1)?;
+        let sinf = module.declare_func_in_func(sid, func);
+        let cosf = module.declare_func_in_func(cid, func);
+        Ok(Math {
+            fma,
+            powf,
+            sinf,
+            cosf,
+        })
     }
 
     /// An emission context for `x`'s type.
@@ -125,8 +162,8 @@ impl Math {
                 e.cdiv(1.0, s)
             }
             UnaryOp::Recip => e.cdiv(1.0, x),
-            UnaryOp::Sin => trig::sin_cos(e, x, false),
-            UnaryOp::Cos => trig::sin_cos(e, x, true),
+            UnaryOp::Sin => self.trig(e, x, false),
+            UnaryOp::Cos => self.trig(e, x, true),
             UnaryOp::Tanh => act::tanh(e, x),
             UnaryOp::Erf => erf::erf(e, x),
             UnaryOp::Sigmoid => act::sigmoid(e, x),
@@ -180,6 +217,43 @@ impl Math {
             | BinaryOp::Gt
             | BinaryOp::Ge => panic!("{} is a comparison, not a float op", op.name()),
         }
+    }
+
+    /// Sine or cosine: the polynomial, and where any lane's |x| exceeds [`TRIG_LIMIT`] (or
+    /// is infinite) the libm value for every lane, through a branch taken only then.
+    fn trig(&self, e: &mut Em, x: Value, cos: bool) -> Value {
+        let fast = trig::sin_cos(e, x, cos);
+        let ax = e.abs(x);
+        let limit = e.c(TRIG_LIMIT);
+        let big = e.b.ins().fcmp(FloatCC::GreaterThan, ax, limit);
+        let any = if e.ty.is_vector() {
+            e.b.ins().vany_true(big)
+        } else {
+            big
+        };
+        let slow = e.b.create_block();
+        let join = e.b.create_block();
+        let out = e.b.append_block_param(join, e.ty);
+        e.b.ins().brif(any, slow, &[], join, &[fast.into()]);
+        e.b.switch_to_block(slow);
+        let f = if cos { self.cosf } else { self.sinf };
+        let exact = if e.ty.is_vector() {
+            let mut v = x;
+            for lane in 0..e.ty.lane_count() {
+                let lane = u8::try_from(lane).expect("a 128-bit vector has few lanes");
+                let xl = e.b.ins().extractlane(x, lane);
+                let call = e.b.ins().call(f, &[xl]);
+                let r = e.b.inst_results(call)[0];
+                v = e.b.ins().insertlane(v, r, lane);
+            }
+            v
+        } else {
+            let call = e.b.ins().call(f, &[x]);
+            e.b.inst_results(call)[0]
+        };
+        e.b.ins().jump(join, &[exact.into()]);
+        e.b.switch_to_block(join);
+        out
     }
 
     /// `x^y` through `kiln_powf`, one call per lane.
