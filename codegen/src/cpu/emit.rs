@@ -300,6 +300,9 @@ impl Emitter<'_> {
     fn row_value(&mut self, b: &mut FunctionBuilder, v: ValueId) -> Value {
         let e = self.nest.body[v].expr.clone();
         match e {
+            Expr::Load(buf) if self.is_bool(buf) => {
+                b.ins().load(types::I8, flags(), self.base[buf], 0)
+            }
             Expr::Load(buf) => b.ins().load(types::F32, flags(), self.base[buf], 0),
             Expr::Const(c) => b.ins().f32const(c as f32),
             Expr::InnerLen => self.inner_len,
@@ -396,6 +399,7 @@ impl Emitter<'_> {
     /// The address of buffer `buf` at inner index `iv`.
     fn addr(&self, b: &mut FunctionBuilder, buf: usize, iv: Value) -> Value {
         match self.spec.access[buf] {
+            InnerAccess::Contiguous if self.is_bool(buf) => b.ins().iadd(self.base[buf], iv),
             InnerAccess::Contiguous => {
                 let off = b.ins().ishl_imm_u(iv, 2);
                 b.ins().iadd(self.base[buf], off)
@@ -408,7 +412,63 @@ impl Emitter<'_> {
         }
     }
 
+    fn is_bool(&self, buf: usize) -> bool {
+        self.nest.buffers[buf].dtype == kiln_ir::DType::Bool
+    }
+
+    /// The byte step between lanes of buffer `buf` along the inner loop.
+    fn lane_step(&self, b: &mut FunctionBuilder, buf: usize) -> Value {
+        match self.spec.access[buf] {
+            InnerAccess::Contiguous => b.ins().iconst(types::I64, 1),
+            InnerAccess::Broadcast => b.ins().iconst(types::I64, 0),
+            InnerAccess::Strided => self.inner_stride[buf],
+        }
+    }
+
+    /// A bool element (a byte, 0 or 1) as a scalar `i8`, or four as an `i32x4` mask.
+    fn load_bool(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, w: Width) -> Value {
+        let a = self.addr(b, buf, iv);
+        let x = b.ins().load(types::I8, flags(), a, 0);
+        if w == Width::Scalar {
+            return x;
+        }
+        let step = self.lane_step(b, buf);
+        let m = b.ins().bmask(types::I32, x);
+        let mut v = b.ins().scalar_to_vector(i32x4(), m);
+        let mut p = a;
+        for lane in 1..LANES as u8 {
+            p = b.ins().iadd(p, step);
+            let x = b.ins().load(types::I8, flags(), p, 0);
+            let m = b.ins().bmask(types::I32, x);
+            v = b.ins().insertlane(v, m, lane);
+        }
+        v
+    }
+
+    /// Stores a bool (scalar `i8` 0/1, or an `i32x4` mask) as bytes 0/1.
+    fn store_bool(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, x: Value, w: Width) {
+        let a = self.addr(b, buf, iv);
+        if w == Width::Scalar {
+            b.ins().store(flags(), x, a, 0);
+            return;
+        }
+        let step = self.lane_step(b, buf);
+        let mut p = a;
+        for lane in 0..LANES as u8 {
+            if lane > 0 {
+                p = b.ins().iadd(p, step);
+            }
+            let e = b.ins().extractlane(x, lane);
+            let one = b.ins().band_imm_s(e, 1);
+            let byte = b.ins().ireduce(types::I8, one);
+            b.ins().store(flags(), byte, p, 0);
+        }
+    }
+
     fn load(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, w: Width) -> Value {
+        if self.is_bool(buf) {
+            return self.load_bool(b, buf, iv, w);
+        }
         let a = self.addr(b, buf, iv);
         match (w, self.spec.access[buf]) {
             (Width::Scalar, _) => b.ins().load(types::F32, flags(), a, 0),
@@ -433,6 +493,9 @@ impl Emitter<'_> {
     }
 
     fn store(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, x: Value, w: Width) {
+        if self.is_bool(buf) {
+            return self.store_bool(b, buf, iv, x, w);
+        }
         let a = self.addr(b, buf, iv);
         match (w, self.spec.access[buf]) {
             (Width::Scalar, _) => {

@@ -159,6 +159,8 @@ fn define(
         reason,
     };
     let Jit { module, fctx, .. } = j;
+    // a fresh builder context: one left dirty by a failed build must not poison the next
+    *fctx = FunctionBuilderContext::new();
     let ptr = module.target_config().pointer_type();
     let mut sig = module.make_signature();
     sig.params.push(cranelift_codegen::ir::AbiParam::new(ptr));

@@ -208,11 +208,12 @@ impl NestKernel {
         let f = self.kernel(&spec)?;
         let k = outer.len();
         let mut strides = vec![0i64; nb * (k + 1)];
-        for bi in 0..nb {
+        for (bi, buf) in self.nest.buffers.iter().enumerate() {
+            let es = buf.dtype.size_bytes() as i64;
             for (j, d) in outer.iter().enumerate() {
-                strides[bi * (k + 1) + j] = d.1[bi] * 4;
+                strides[bi * (k + 1) + j] = d.1[bi] * es;
             }
-            strides[bi * (k + 1) + k] = inner_st[bi] * 4;
+            strides[bi * (k + 1) + k] = inner_st[bi] * es;
         }
         let mut sz: Vec<i64> = outer.iter().map(|d| d.0 as i64).collect();
         sz.push(inner_size as i64);

@@ -245,12 +245,14 @@ impl<'g> Lowering<'g> {
         }
     }
 
-    /// Values must be f32 (bool only as comparison results used inside the kernel).
+    /// Values must be f32, or bool: comparison results, masks read from memory (as `where`
+    /// conditions or cast to f32) and bool outputs.
     fn check_types(&self) -> Result<(), Unsupported> {
         for (id, n) in self.g.nodes() {
             let dt = n.ty.dtype;
             let ok = match &n.op {
-                Op::Input | Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => dt == DType::F32,
+                Op::Input => dt == DType::F32 || dt == DType::Bool,
+                Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => dt == DType::F32,
                 Op::Binary(b) if b.is_comparison() => dt == DType::Bool,
                 Op::Binary(_) | Op::Where => dt == DType::F32,
                 Op::Cast { dtype } => *dtype == DType::F32,
@@ -275,8 +277,8 @@ impl<'g> Lowering<'g> {
                     n.ty
                 ));
             }
-            if self.g.outputs().contains(&id) && dt != DType::F32 {
-                return self.fail(format!("output {} is not f32", self.name(id)));
+            if self.g.outputs().contains(&id) && dt != DType::F32 && dt != DType::Bool {
+                return self.fail(format!("output {} is neither f32 nor bool", self.name(id)));
             }
             if let Op::Unary(u) = n.op {
                 debug_assert!(UnaryOp::ALL.contains(&u));

@@ -158,7 +158,7 @@ pub(crate) fn reuse_expensive(nest: &mut super::LoopNest) {
     }
     let out = nest.stores[last_stores[0]].buffer;
     let covers = (0..dims).all(|d| nest.buffers[out].index.contains(&Some(d)));
-    if !covers {
+    if !covers || nest.buffers[out].dtype != kiln_ir::DType::F32 {
         return;
     }
     // point values of earlier loops
