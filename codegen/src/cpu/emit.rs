@@ -52,8 +52,8 @@ fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
-/// Unroll factor: more independent vectors in flight for cheap bodies, fewer for bodies
-/// whose transcendentals already fill the registers.
+/// Unroll factor: how many vectors of the inner loop one iteration computes
+/// (`KILN_UNROLL` overrides it, for measurements).
 fn unroll(nest: &LoopNest, point: &[ValueId], reduces: &[ValueId]) -> i64 {
     let weight: usize = point
         .iter()
@@ -67,10 +67,19 @@ fn unroll(nest: &LoopNest, point: &[ValueId], reduces: &[ValueId]) -> i64 {
             _ => 1,
         })
         .sum();
-    if weight <= 12 || (!reduces.is_empty() && weight <= 24) {
-        4
+    if let Some(u) = std::env::var("KILN_UNROLL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return u;
+    }
+    // The copies' statements interleave (see `point_values`), so more copies mean more
+    // independent chains in flight: reductions (a dependency through each accumulator) and
+    // long chains of transcendentals gain from 8; measured on the workloads.
+    if !reduces.is_empty() || weight > 100 {
+        8
     } else {
-        2
+        4
     }
 }
 
@@ -520,55 +529,63 @@ impl Emitter<'_> {
 
     /// The point values of one index (`iv`), at width `w`; row operands from `splats`
     /// (vector) or the row map (scalar).
+    /// The point values at each index of `ivs` (the unrolled copies), at width `w`; row
+    /// operands from `splats` (vector) or the row map (scalar). Statements are emitted for
+    /// every copy before the next statement, so the copies' dependency chains interleave
+    /// and the out-of-order core overlaps them (emitted copy after copy, a chain of
+    /// transcendentals is longer than the reorder window and the copies run serially).
     fn point_values(
         &self,
         b: &mut FunctionBuilder,
         point: &[ValueId],
-        iv: Value,
+        ivs: &[Value],
         w: Width,
         splats: &HashMap<ValueId, Value>,
-    ) -> HashMap<ValueId, Value> {
-        let mut vals: HashMap<ValueId, Value> = HashMap::new();
+    ) -> Vec<HashMap<ValueId, Value>> {
+        let mut all: Vec<HashMap<ValueId, Value>> = vec![HashMap::new(); ivs.len()];
         for &v in point {
             let e = &self.nest.body[v].expr;
-            let x = match e {
-                Expr::Load(buf) => self.load(b, *buf, iv, w),
-                Expr::Const(c) => match w {
-                    Width::Scalar => b.ins().f32const(*c as f32),
-                    Width::Vector => vconst_bits(b, f32x4(), (*c as f32).to_bits()),
-                },
-                Expr::InnerLen => match w {
-                    Width::Scalar => self.inner_len,
-                    Width::Vector => b.ins().splat(f32x4(), self.inner_len),
-                },
-                Expr::Reduce(..) => unreachable!("reductions are row values"),
-                Expr::Binary(BinaryOp::Div, x, y)
-                    if w == Width::Vector && splats.contains_key(&recip_key(*y)) =>
-                {
-                    let xv = if self.nest.body[*x].row {
-                        splats[x]
-                    } else {
-                        vals[x]
-                    };
-                    b.ins().fmul(xv, splats[&recip_key(*y)])
-                }
-                other => {
-                    let operand = |x: &ValueId| {
-                        if self.nest.body[*x].row {
-                            match w {
-                                Width::Scalar => self.row[x],
-                                Width::Vector => splats[x],
-                            }
+            for (iv, vals) in ivs.iter().zip(all.iter_mut()) {
+                let iv = *iv;
+                let x = match e {
+                    Expr::Load(buf) => self.load(b, *buf, iv, w),
+                    Expr::Const(c) => match w {
+                        Width::Scalar => b.ins().f32const(*c as f32),
+                        Width::Vector => vconst_bits(b, f32x4(), (*c as f32).to_bits()),
+                    },
+                    Expr::InnerLen => match w {
+                        Width::Scalar => self.inner_len,
+                        Width::Vector => b.ins().splat(f32x4(), self.inner_len),
+                    },
+                    Expr::Reduce(..) => unreachable!("reductions are row values"),
+                    Expr::Binary(BinaryOp::Div, x, y)
+                        if w == Width::Vector && splats.contains_key(&recip_key(*y)) =>
+                    {
+                        let xv = if self.nest.body[*x].row {
+                            splats[x]
                         } else {
                             vals[x]
-                        }
-                    };
-                    self.compute(b, other, w, &operand)
-                }
-            };
-            vals.insert(v, x);
+                        };
+                        b.ins().fmul(xv, splats[&recip_key(*y)])
+                    }
+                    other => {
+                        let operand = |x: &ValueId| {
+                            if self.nest.body[*x].row {
+                                match w {
+                                    Width::Scalar => self.row[x],
+                                    Width::Vector => splats[x],
+                                }
+                            } else {
+                                vals[x]
+                            }
+                        };
+                        self.compute(b, other, w, &operand)
+                    }
+                };
+                vals.insert(v, x);
+            }
         }
-        vals
+        all
     }
 
     /// The value `x` (point or row) at width `w`.
@@ -677,9 +694,12 @@ impl Emitter<'_> {
         b.ins().brif(c, vbody, &[], thdr, &[]);
         b.switch_to_block(vbody);
         let iv = b.use_var(i);
-        for k in 0..u {
-            let ik = b.ins().iadd_imm_s(iv, k * LANES);
-            let vals = self.point_values(b, point, ik, Width::Vector, &splats);
+        let iks: Vec<Value> = (0..u).map(|k| b.ins().iadd_imm_s(iv, k * LANES)).collect();
+        let copies = self.point_values(b, point, &iks, Width::Vector, &splats);
+        for (k, vals) in copies.iter().enumerate() {
+            let k = k as i64;
+            let ik = iks[k as usize];
+            let vals = vals.clone();
             for (ri, &r) in reduces.iter().enumerate() {
                 let (op, x) = self.reduce_op(r);
                 let xv = self.lookup(x, Width::Vector, &vals, &splats);
@@ -713,7 +733,10 @@ impl Emitter<'_> {
         b.ins().brif(c, tbody, &[], done, &[]);
         b.switch_to_block(tbody);
         let iv = b.use_var(i);
-        let vals = self.point_values(b, point, iv, Width::Scalar, &splats);
+        let vals = self
+            .point_values(b, point, &[iv], Width::Scalar, &splats)
+            .pop()
+            .expect("one copy");
         for (ri, &r) in reduces.iter().enumerate() {
             let (op, x) = self.reduce_op(r);
             let xv = self.lookup(x, Width::Scalar, &vals, &splats);
