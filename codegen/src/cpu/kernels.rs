@@ -229,7 +229,10 @@ impl MatmulKernel {
         let mm_shape = infer_mm_shape(a.shape(), b.shape());
         let acc = if self.mm_is_output {
             outputs[0].clone()
-        } else if ep.by_rows && ep_outputs[0].shape() == mm_shape.as_slice() {
+        } else if ep.by_rows
+            && ep_outputs[0].shape() == mm_shape.as_slice()
+            && ep_outputs[0].dtype() == DType::F32
+        {
             ep_outputs[0].clone()
         } else {
             scratch(&mm_shape)?
@@ -245,7 +248,15 @@ impl MatmulKernel {
         tensors.extend(ep_outputs.iter());
         let call = ep.nest.prepare(&tensors, ep.by_rows)?;
         match call {
-            Some(call) if ep.by_rows && call.inner == *mm_shape.last().unwrap_or(&1) => {
+            // by rows only when the call's rows are the GEMM's output rows: both operands
+            // matrices (no 1-d promotion), the inner loop one output row
+            Some(call)
+                if ep.by_rows
+                    && a.rank() >= 2
+                    && b.rank() >= 2
+                    && call.inner == b.shape()[b.rank() - 1]
+                    && call.rows * call.inner == acc.numel() =>
+            {
                 let hook = |r0: usize, nr: usize| call.call(r0, r0 + nr, 0, call.inner);
                 matmul_into(a, b, &acc, Some(&hook)).map_err(rt)?;
             }
