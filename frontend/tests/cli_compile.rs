@@ -129,3 +129,48 @@ fn opt_runs_named_passes_and_logs_them() {
         "{err}"
     );
 }
+
+#[test]
+fn dump_stages_loops_and_clif_show_the_generated_kernels() {
+    let (ok, out, err) = kiln(
+        &[
+            "dump", "--model", "softmax", "--stage", "loops", "--shape", "5x17",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("# kernel k0_row: generated loop nest"),
+        "{out}"
+    );
+    assert!(out.contains("max v0 over inner"), "{out}");
+    assert!(out.contains("store %out0[d0, d1]"), "{out}");
+    let (ok, out, err) = kiln(
+        &[
+            "dump", "--model", "mlp", "--stage", "loops", "--shape", "3x16",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("gemm, then the epilogue over each block of output rows"),
+        "{out}"
+    );
+    let (ok, out, err) = kiln(
+        &[
+            "dump", "--model", "tiny", "--stage", "clif", "--shape", "33",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("function u0:"), "{out}");
+    assert!(out.contains("f32x4"), "{out}");
+}
+
+#[test]
+fn kiln_logs_code_reports_each_compiled_kernel() {
+    let (ok, _, err) = kiln(&["demo"], Some("code"));
+    assert!(ok, "{err}");
+    assert!(err.contains("kiln::code"), "{err}");
+    assert!(err.contains("compiled k0_"), "{err}");
+}

@@ -1,6 +1,6 @@
 //! `KILN_LOGS`: what the compiler prints as it works, like `TORCH_LOGS`.
 //!
-//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes` (or `all`) turns categories on; each event
+//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes,code` (or `all`) turns categories on; each event
 //! is a `tracing` event with target `kiln::<category>`. When the variable is set and the
 //! program has no `tracing` subscriber, kiln installs one that writes to stderr.
 
@@ -22,15 +22,18 @@ pub enum LogCategory {
     Breaks,
     /// each optimiser pass, with its time and node counts
     Passes,
+    /// each kernel the cpu backend compiles, with its specialisation and compile time
+    Code,
 }
 
 impl LogCategory {
-    const ALL: [LogCategory; 5] = [
+    const ALL: [LogCategory; 6] = [
         LogCategory::Graphs,
         LogCategory::Guards,
         LogCategory::Recompiles,
         LogCategory::Breaks,
         LogCategory::Passes,
+        LogCategory::Code,
     ];
 
     /// The name used in `KILN_LOGS`.
@@ -41,6 +44,7 @@ impl LogCategory {
             LogCategory::Recompiles => "recompiles",
             LogCategory::Breaks => "breaks",
             LogCategory::Passes => "passes",
+            LogCategory::Code => "code",
         }
     }
 }
