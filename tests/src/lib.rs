@@ -226,3 +226,17 @@ pub fn assert_op(op: &Op, args: &[TestArg]) -> Tensor {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// The concrete shape of `shape` with the random-program generator's symbols bound: `B` to
+/// `sizes.0`, every other symbol to `sizes.1`.
+pub fn bind_generated_symbols(shape: &kiln::ir::Shape, sizes: (usize, usize)) -> Vec<usize> {
+    shape
+        .dims()
+        .iter()
+        .map(|d| match d {
+            kiln::ir::Dim::Const(n) => *n,
+            kiln::ir::Dim::Sym(s) if &**s == "B" => sizes.0,
+            kiln::ir::Dim::Sym(_) => sizes.1,
+        })
+        .collect()
+}

@@ -11,7 +11,7 @@ mod graph_gen;
 
 use graph_gen::{arb_graph_with, GenConfig};
 use kiln::graph_exec::replay;
-use kiln::{compile, DType, Dim, Graph, Tensor};
+use kiln::{compile, DType, Graph, Tensor};
 use proptest::prelude::*;
 
 fn input(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
@@ -37,16 +37,7 @@ fn inputs(g: &Graph, sizes: (usize, usize), seed: u64, transposed: bool) -> Vec<
         .enumerate()
         .map(|(k, (_, id))| {
             let ty = &g.node(*id).ty;
-            let shape: Vec<usize> = ty
-                .shape
-                .dims()
-                .iter()
-                .map(|d| match d {
-                    Dim::Const(n) => *n,
-                    Dim::Sym(s) if &**s == "B" => sizes.0,
-                    Dim::Sym(_) => sizes.1,
-                })
-                .collect();
+            let shape = kiln_tests::bind_generated_symbols(&ty.shape, sizes);
             if transposed && shape.len() == 2 {
                 input(&[shape[1], shape[0]], ty.dtype, seed + k as u64)
                     .t()

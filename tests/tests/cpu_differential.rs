@@ -22,9 +22,7 @@ mod graph_gen;
 use graph_gen::{arb_graph_with, GenConfig};
 use kiln::graph_exec::replay;
 use kiln::ir::{Arg, NodeId, Op};
-use kiln::{
-    compile_with, Backend, CompileOptions, DType, Dim, Dynamic, Graph, Operand, Result, Tensor,
-};
+use kiln::{compile_with, Backend, CompileOptions, DType, Dynamic, Graph, Operand, Result, Tensor};
 use proptest::test_runner::TestCaseError;
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -2571,16 +2569,7 @@ fn random_inputs_for(g: &Graph, sizes: (usize, usize), seed: u64, transposed: bo
         .enumerate()
         .map(|(k, (_, id))| {
             let ty = &g.node(*id).ty;
-            let shape: Vec<usize> = ty
-                .shape
-                .dims()
-                .iter()
-                .map(|d| match d {
-                    Dim::Const(n) => *n,
-                    Dim::Sym(s) if &**s == "B" => sizes.0,
-                    Dim::Sym(_) => sizes.1,
-                })
-                .collect();
+            let shape = kiln_tests::bind_generated_symbols(&ty.shape, sizes);
             let layout = if transposed { Transposed } else { Contiguous };
             let seed = seed + k as u64;
             match ty.dtype {
