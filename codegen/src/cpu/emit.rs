@@ -8,7 +8,8 @@
 //! [`Spec`] fixes, per buffer, whether its inner stride is one element, zero, or anything,
 //! so contiguous accesses become vector loads and stores.
 
-use super::math::{vconst_bits, Math};
+use super::const_pool;
+use super::math::{pool_const, Math};
 use crate::loops::{Expr, LoopNest, Phase, Role, ScalarType, ValueId};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
@@ -113,11 +114,15 @@ pub(crate) fn emit_nest(
     if spec.access.len() != nest.buffers.len() {
         return Err("the specialisation does not match the buffers".to_string());
     }
-    let math = Math::new(module, func, fma).map_err(|e| e.to_string())?;
+    let mut math = Math::new(module, func, fma).map_err(|e| e.to_string())?;
     let mut b = FunctionBuilder::new(func, fctx);
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
+    let pool_addr = b.ins().iconst(types::I64, const_pool::base_address());
+    let ro_pool = MemFlagsData::new().with_notrap().with_readonly();
+    let pool_base = b.ins().load(types::I64, ro_pool, pool_addr, 0);
+    math.set_pool(pool_base);
     let p = b.block_params(entry).to_vec();
     let (p_ptrs, p_strides, p_sizes) = (p[0], p[1], p[2]);
     let (r0, r1, i0, i1) = (p[3], p[4], p[5], p[6]);
@@ -393,7 +398,7 @@ impl Emitter<'_> {
     /// A row value as a vector (splat; bools become lane masks; constants from the pool).
     fn splat(&self, b: &mut FunctionBuilder, v: ValueId) -> Value {
         if let Expr::Const(c) = self.nest.body[v].expr {
-            return vconst_bits(b, f32x4(), (c as f32).to_bits());
+            return self.vconst(b, c);
         }
         let x = self.row[&v];
         match self.nest.body[v].ty {
@@ -403,6 +408,11 @@ impl Emitter<'_> {
                 b.ins().splat(i32x4(), m)
             }
         }
+    }
+
+    /// A graph constant as an F32X4, loaded from the constant pool.
+    fn vconst(&self, b: &mut FunctionBuilder, c: f64) -> Value {
+        pool_const(b, self.math.pool(), f32x4(), (c as f32).to_bits())
     }
 
     /// The address of buffer `buf` at inner index `iv`.
@@ -551,7 +561,7 @@ impl Emitter<'_> {
                     Expr::Load(buf) => self.load(b, *buf, iv, w),
                     Expr::Const(c) => match w {
                         Width::Scalar => b.ins().f32const(*c as f32),
-                        Width::Vector => vconst_bits(b, f32x4(), (*c as f32).to_bits()),
+                        Width::Vector => self.vconst(b, *c),
                     },
                     Expr::InnerLen => match w {
                         Width::Scalar => self.inner_len,
@@ -569,7 +579,21 @@ impl Emitter<'_> {
                         b.ins().fmul(xv, splats[&recip_key(*y)])
                     }
                     other => {
+                        // constant operands are loaded at each use, so that x86 folds
+                        // them into the instruction (a splat hoisted out of the loop would
+                        // hold a register, or be spilled, across the whole body)
+                        let mut consts: Vec<(ValueId, Value)> = Vec::new();
+                        if w == Width::Vector {
+                            for x in crate::loops::operands(other) {
+                                if let Expr::Const(c) = self.nest.body[x].expr {
+                                    consts.push((x, self.vconst(b, c)));
+                                }
+                            }
+                        }
                         let operand = |x: &ValueId| {
+                            if let Some(&(_, k)) = consts.iter().find(|(c, _)| c == x) {
+                                return k;
+                            }
                             if self.nest.body[*x].row {
                                 match w {
                                     Width::Scalar => self.row[x],

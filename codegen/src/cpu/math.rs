@@ -56,7 +56,7 @@ use cranelift_codegen::ir::{types, AbiParam, FuncRef, Function, InstBuilder, Typ
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::JITModule;
 use cranelift_module::{Linkage, Module, ModuleError};
-pub(crate) use emit::vconst_bits;
+pub(crate) use emit::pool_const;
 use emit::Em;
 use kiln_ir::{BinaryOp, UnaryOp};
 
@@ -105,6 +105,8 @@ pub(crate) struct Math {
     /// `kiln_sinf` and `kiln_cosf`, for arguments past [`TRIG_LIMIT`].
     sinf: FuncRef,
     cosf: FuncRef,
+    /// The constant pool's base address in the function, once [`Math::set_pool`] is called.
+    pool: Option<Value>,
 }
 
 impl Math {
@@ -138,13 +140,25 @@ impl Math {
             powf,
             sinf,
             cosf,
+            pool: None,
         })
+    }
+
+    /// Vector constants become loads from the process-wide pool at `base` (a value
+    /// defined in the function's entry block holding [`base_address`](super::const_pool::base_address)).
+    pub(crate) fn set_pool(&mut self, base: Value) {
+        self.pool = Some(base);
+    }
+
+    /// The pool base, if set.
+    pub(crate) fn pool(&self) -> Option<Value> {
+        self.pool
     }
 
     /// An emission context for `x`'s type.
     fn em<'a, 'f>(&self, b: &'a mut FunctionBuilder<'f>, x: Value) -> Em<'a, 'f> {
         let ty = b.func.dfg.value_type(x);
-        Em::new(b, ty, self.fma)
+        Em::new(b, ty, self.fma, self.pool)
     }
 
     /// Every [`UnaryOp`] of kiln_ir on an `F32` or `F32X4` value.
@@ -293,6 +307,6 @@ impl Math {
         reason = "interface for the kernel emitter; the tests use it"
     )]
     pub(crate) fn constant(&self, b: &mut FunctionBuilder, like: Type, v: f32) -> Value {
-        Em::new(b, like, self.fma).c(v)
+        Em::new(b, like, self.fma, self.pool).c(v)
     }
 }

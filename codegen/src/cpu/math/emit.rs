@@ -20,16 +20,23 @@ pub(super) struct Em<'a, 'f> {
     pub(super) ty: Type,
     /// Whether `mul_add` may emit a fused `fma`.
     pub(super) fma: bool,
+    /// The constant pool's base address in this function (see [`pool_const`]).
+    pub(super) pool: Option<Value>,
 }
 
 impl<'a, 'f> Em<'a, 'f> {
     /// A context for values of type `ty` (`F32` or `F32X4`).
-    pub(super) fn new(b: &'a mut FunctionBuilder<'f>, ty: Type, fma: bool) -> Self {
+    pub(super) fn new(
+        b: &'a mut FunctionBuilder<'f>,
+        ty: Type,
+        fma: bool,
+        pool: Option<Value>,
+    ) -> Self {
         assert!(
             ty == types::F32 || ty == types::F32X4,
             "kiln's math emitters take F32 or F32X4 values, not {ty}"
         );
-        Em { b, ty, fma }
+        Em { b, ty, fma, pool }
     }
 
     /// True for `F32X4`.
@@ -46,12 +53,11 @@ impl<'a, 'f> Em<'a, 'f> {
         }
     }
 
-    /// A float constant (for vectors a `vconst` from the constant pool: one load that x86
-    /// can fold into the instruction using it, where `f32const` + `splat` would be
-    /// re-materialised with a shuffle in every loop iteration).
+    /// A float constant (for vectors a load from the process-wide pool, see [`pool_const`],
+    /// that x86 folds into the instruction using it).
     pub(super) fn c(&mut self, v: f32) -> Value {
         if self.is_vec() {
-            vconst_bits(self.b, self.ty, v.to_bits())
+            pool_const(self.b, self.pool, self.ty, v.to_bits())
         } else {
             self.b.ins().f32const(v)
         }
@@ -65,7 +71,7 @@ impl<'a, 'f> Em<'a, 'f> {
     /// An `i32` constant of the integer type [`Em::ity`].
     pub(super) fn ci(&mut self, v: i32) -> Value {
         if self.is_vec() {
-            vconst_bits(self.b, types::I32X4, v as u32)
+            pool_const(self.b, self.pool, types::I32X4, v as u32)
         } else {
             self.b.ins().iconst(types::I32, i64::from(v))
         }
@@ -115,13 +121,21 @@ impl<'a, 'f> Em<'a, 'f> {
         self.div(k, x)
     }
 
-    /// `-x`
+    /// `-x` (on vectors an `xor` with the sign bit from the pool: one instruction, where
+    /// `fneg` builds its mask in three)
     pub(super) fn neg(&mut self, x: Value) -> Value {
+        if self.is_vec() && self.pool.is_some() {
+            let k = self.cbits(0x8000_0000);
+            return self.b.ins().bxor(x, k);
+        }
         self.b.ins().fneg(x)
     }
 
-    /// `|x|`
+    /// `|x|` (on vectors an `and` with the pool's mask, as for [`Em::neg`])
     pub(super) fn abs(&mut self, x: Value) -> Value {
+        if self.is_vec() && self.pool.is_some() {
+            return self.band_bits(x, 0x7fff_ffff);
+        }
         self.b.ins().fabs(x)
     }
 
@@ -249,6 +263,22 @@ impl<'a, 'f> Em<'a, 'f> {
         let bit = self.b.ins().band(i, one);
         self.b.ins().icmp(IntCC::Equal, bit, one)
     }
+}
+
+/// A 4-lane constant of 32-bit lanes all equal to `bits`, as a pure load from the process-wide
+/// [`const_pool`](crate::cpu::const_pool) at `pool` (the pool's base address, defined once
+/// in the function), which x86 folds into the one instruction that uses it; without a base,
+/// or with the pool full, a `vconst` from the function's own constant pool.
+pub(crate) fn pool_const(b: &mut FunctionBuilder, pool: Option<Value>, ty: Type, bits: u32) -> Value {
+    if let (Some(base), Some(off)) = (pool, crate::cpu::const_pool::offset_of(bits)) {
+        let flags = MemFlagsData::new()
+            .with_notrap()
+            .with_readonly()
+            .with_can_move()
+            .with_aligned();
+        return b.ins().load(ty, flags, base, off);
+    }
+    vconst_bits(b, ty, bits)
 }
 
 /// A 4-lane constant of 32-bit lanes all equal to `bits`, from the function's constant pool.
