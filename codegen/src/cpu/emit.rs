@@ -100,6 +100,8 @@ struct Emitter<'a> {
     row: HashMap<ValueId, Value>,
     /// the f64 totals of sums, so that a mean divides before rounding to f32
     row64: HashMap<ValueId, Value>,
+    /// per (buffer, inner index value): the element pointer, shared by unrolled copies
+    ptr_cache: std::cell::RefCell<HashMap<(usize, Value), Value>>,
 }
 
 /// Builds the body of `func` (whose signature is the kernel signature) for `nest` at `spec`.
@@ -169,6 +171,7 @@ pub(crate) fn emit_nest(
         inner_len_i: sizes[k],
         row: HashMap::new(),
         row64: HashMap::new(),
+        ptr_cache: Default::default(),
     };
     for phase in &nest.phases {
         match phase {
@@ -288,6 +291,21 @@ fn widen(b: &mut FunctionBuilder, x: Value) -> (Value, Value) {
     let high = b.ins().bitcast(f32x4(), little, high);
     let hi = b.ins().fvpromote_low(high);
     (lo, hi)
+}
+
+/// `xs` combined by `f` as a balanced tree (pairs of neighbours, level by level).
+fn pairwise(
+    b: &mut FunctionBuilder,
+    mut xs: Vec<Value>,
+    f: impl Fn(&mut FunctionBuilder, Value, Value) -> Value,
+) -> Value {
+    while xs.len() > 1 {
+        xs = xs
+            .chunks(2)
+            .map(|c| if c.len() == 2 { f(b, c[0], c[1]) } else { c[0] })
+            .collect();
+    }
+    xs[0]
 }
 
 /// The key under which the splat of `1/v` is kept among a loop's splats.
@@ -415,18 +433,39 @@ impl Emitter<'_> {
         pool_const(b, self.math.pool(), f32x4(), (c as f32).to_bits())
     }
 
-    /// The address of buffer `buf` at inner index `iv`.
-    fn addr(&self, b: &mut FunctionBuilder, buf: usize, iv: Value) -> Value {
+    /// The address of buffer `buf` at inner index `iv + k·LANES` (copy `k` of an unrolled
+    /// body): a pointer and an immediate byte offset. For contiguous buffers the pointer at
+    /// `iv` is computed once per loop iteration and the copies differ only in the offset,
+    /// which x86 folds into the access.
+    fn addr(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, k: i64) -> (Value, i32) {
         match self.spec.access[buf] {
-            InnerAccess::Contiguous if self.is_bool(buf) => b.ins().iadd(self.base[buf], iv),
             InnerAccess::Contiguous => {
-                let off = b.ins().ishl_imm_u(iv, 2);
-                b.ins().iadd(self.base[buf], off)
+                let elem = if self.is_bool(buf) { 1 } else { 4 };
+                let mut cache = self.ptr_cache.borrow_mut();
+                let p = match cache.get(&(buf, iv)) {
+                    Some(&p) => p,
+                    None => {
+                        let p = if elem == 1 {
+                            b.ins().iadd(self.base[buf], iv)
+                        } else {
+                            let off = b.ins().ishl_imm_u(iv, 2);
+                            b.ins().iadd(self.base[buf], off)
+                        };
+                        cache.insert((buf, iv), p);
+                        p
+                    }
+                };
+                (p, (k * LANES * elem) as i32)
             }
-            InnerAccess::Broadcast => self.base[buf],
+            InnerAccess::Broadcast => (self.base[buf], 0),
             InnerAccess::Strided => {
-                let off = b.ins().imul(iv, self.inner_stride[buf]);
-                b.ins().iadd(self.base[buf], off)
+                let ik = if k == 0 {
+                    iv
+                } else {
+                    b.ins().iadd_imm_s(iv, k * LANES)
+                };
+                let off = b.ins().imul(ik, self.inner_stride[buf]);
+                (b.ins().iadd(self.base[buf], off), 0)
             }
         }
     }
@@ -445,8 +484,13 @@ impl Emitter<'_> {
     }
 
     /// A bool element (a byte, 0 or 1) as a scalar `i8`, or four as an `i32x4` mask.
-    fn load_bool(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, w: Width) -> Value {
-        let a = self.addr(b, buf, iv);
+    fn load_bool(&self, b: &mut FunctionBuilder, buf: usize, at: (Value, i64), w: Width) -> Value {
+        let (a, off) = self.addr(b, buf, at.0, at.1);
+        let a = if off == 0 {
+            a
+        } else {
+            b.ins().iadd_imm_s(a, i64::from(off))
+        };
         let x = b.ins().load(types::I8, flags(), a, 0);
         if w == Width::Scalar {
             return x;
@@ -465,8 +509,20 @@ impl Emitter<'_> {
     }
 
     /// Stores a bool (scalar `i8` 0/1, or an `i32x4` mask) as bytes 0/1.
-    fn store_bool(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, x: Value, w: Width) {
-        let a = self.addr(b, buf, iv);
+    fn store_bool(
+        &self,
+        b: &mut FunctionBuilder,
+        buf: usize,
+        at: (Value, i64),
+        x: Value,
+        w: Width,
+    ) {
+        let (a, off) = self.addr(b, buf, at.0, at.1);
+        let a = if off == 0 {
+            a
+        } else {
+            b.ins().iadd_imm_s(a, i64::from(off))
+        };
         if w == Width::Scalar {
             b.ins().store(flags(), x, a, 0);
             return;
@@ -484,16 +540,16 @@ impl Emitter<'_> {
         }
     }
 
-    fn load(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, w: Width) -> Value {
+    fn load(&self, b: &mut FunctionBuilder, buf: usize, at: (Value, i64), w: Width) -> Value {
         if self.is_bool(buf) {
-            return self.load_bool(b, buf, iv, w);
+            return self.load_bool(b, buf, at, w);
         }
-        let a = self.addr(b, buf, iv);
+        let (a, off) = self.addr(b, buf, at.0, at.1);
         match (w, self.spec.access[buf]) {
-            (Width::Scalar, _) => b.ins().load(types::F32, flags(), a, 0),
-            (Width::Vector, InnerAccess::Contiguous) => b.ins().load(f32x4(), flags(), a, 0),
+            (Width::Scalar, _) => b.ins().load(types::F32, flags(), a, off),
+            (Width::Vector, InnerAccess::Contiguous) => b.ins().load(f32x4(), flags(), a, off),
             (Width::Vector, InnerAccess::Broadcast) => {
-                let x = b.ins().load(types::F32, flags(), a, 0);
+                let x = b.ins().load(types::F32, flags(), a, off);
                 b.ins().splat(f32x4(), x)
             }
             (Width::Vector, InnerAccess::Strided) => {
@@ -511,17 +567,17 @@ impl Emitter<'_> {
         }
     }
 
-    fn store(&self, b: &mut FunctionBuilder, buf: usize, iv: Value, x: Value, w: Width) {
+    fn store(&self, b: &mut FunctionBuilder, buf: usize, at: (Value, i64), x: Value, w: Width) {
         if self.is_bool(buf) {
-            return self.store_bool(b, buf, iv, x, w);
+            return self.store_bool(b, buf, at, x, w);
         }
-        let a = self.addr(b, buf, iv);
+        let (a, off) = self.addr(b, buf, at.0, at.1);
         match (w, self.spec.access[buf]) {
             (Width::Scalar, _) => {
-                b.ins().store(flags(), x, a, 0);
+                b.ins().store(flags(), x, a, off);
             }
             (Width::Vector, InnerAccess::Contiguous) => {
-                b.ins().store(flags(), x, a, 0);
+                b.ins().store(flags(), x, a, off);
             }
             (Width::Vector, _) => {
                 let s = self.inner_stride[buf];
@@ -548,15 +604,14 @@ impl Emitter<'_> {
         &self,
         b: &mut FunctionBuilder,
         point: &[ValueId],
-        ivs: &[Value],
+        ivs: &[(Value, i64)],
         w: Width,
         splats: &HashMap<ValueId, Value>,
     ) -> Vec<HashMap<ValueId, Value>> {
         let mut all: Vec<HashMap<ValueId, Value>> = vec![HashMap::new(); ivs.len()];
         for &v in point {
             let e = &self.nest.body[v].expr;
-            for (iv, vals) in ivs.iter().zip(all.iter_mut()) {
-                let iv = *iv;
+            for (&iv, vals) in ivs.iter().zip(all.iter_mut()) {
                 let x = match e {
                     Expr::Load(buf) => self.load(b, *buf, iv, w),
                     Expr::Const(c) => match w {
@@ -680,7 +735,7 @@ impl Emitter<'_> {
             // of equal values sums exactly and layer norm of a constant row is 0
             let (sty, vty, copies, id) = if is_sum(op) {
                 let z = b.ins().f64const(0.0);
-                (types::F64, types::F64X2, 2 * u, z)
+                (types::F64, types::F64X2, 2, z)
             } else {
                 let z = b.ins().f32const(reduce_identity(op));
                 (types::F32, f32x4(), u, z)
@@ -718,33 +773,38 @@ impl Emitter<'_> {
         b.ins().brif(c, vbody, &[], thdr, &[]);
         b.switch_to_block(vbody);
         let iv = b.use_var(i);
-        let iks: Vec<Value> = (0..u).map(|k| b.ins().iadd_imm_s(iv, k * LANES)).collect();
+        let iks: Vec<(Value, i64)> = (0..u).map(|k| (iv, k)).collect();
         let copies = self.point_values(b, point, &iks, Width::Vector, &splats);
-        for (k, vals) in copies.iter().enumerate() {
-            let k = k as i64;
-            let ik = iks[k as usize];
-            let vals = vals.clone();
-            for (ri, &r) in reduces.iter().enumerate() {
-                let (op, x) = self.reduce_op(r);
-                let xv = self.lookup(x, Width::Vector, &vals, &splats);
-                if is_sum(op) {
-                    let (lo, hi) = widen(b, xv);
-                    for (j, h) in [lo, hi].into_iter().enumerate() {
-                        let var = vacc[ri][2 * k as usize + j];
-                        let acc = b.use_var(var);
-                        let n = b.ins().fadd(acc, h);
-                        b.def_var(var, n);
-                    }
-                } else {
-                    let acc = b.use_var(vacc[ri][k as usize]);
+        for (ri, &r) in reduces.iter().enumerate() {
+            let (op, x) = self.reduce_op(r);
+            let xs: Vec<Value> = copies
+                .iter()
+                .map(|vals| self.lookup(x, Width::Vector, vals, &splats))
+                .collect();
+            if is_sum(op) {
+                // the copies summed pairwise in f32 (a power-of-two tree: a row of equal
+                // values still sums exactly), then widened once into the f64 accumulators
+                let xv = pairwise(b, xs, |b, p, q| b.ins().fadd(p, q));
+                let (lo, hi) = widen(b, xv);
+                for (j, h) in [lo, hi].into_iter().enumerate() {
+                    let var = vacc[ri][j];
+                    let acc = b.use_var(var);
+                    let n = b.ins().fadd(acc, h);
+                    b.def_var(var, n);
+                }
+            } else {
+                for (k, xv) in xs.into_iter().enumerate() {
+                    let acc = b.use_var(vacc[ri][k]);
                     let n = self.math.binary(b, reduce_binary(op), acc, xv);
-                    b.def_var(vacc[ri][k as usize], n);
+                    b.def_var(vacc[ri][k], n);
                 }
             }
+        }
+        for (k, vals) in copies.iter().enumerate() {
             for &s in stores {
                 let st = self.nest.stores[s];
-                let x = self.lookup(st.value, Width::Vector, &vals, &splats);
-                self.store(b, st.buffer, ik, x, Width::Vector);
+                let x = self.lookup(st.value, Width::Vector, vals, &splats);
+                self.store(b, st.buffer, (iv, k as i64), x, Width::Vector);
             }
         }
         let next = b.ins().iadd_imm_s(iv, LANES * u);
@@ -758,7 +818,7 @@ impl Emitter<'_> {
         b.switch_to_block(tbody);
         let iv = b.use_var(i);
         let vals = self
-            .point_values(b, point, &[iv], Width::Scalar, &splats)
+            .point_values(b, point, &[(iv, 0)], Width::Scalar, &splats)
             .pop()
             .expect("one copy");
         for (ri, &r) in reduces.iter().enumerate() {
@@ -776,7 +836,7 @@ impl Emitter<'_> {
         for &s in stores {
             let st = self.nest.stores[s];
             let x = self.lookup(st.value, Width::Scalar, &vals, &splats);
-            self.store(b, st.buffer, iv, x, Width::Scalar);
+            self.store(b, st.buffer, (iv, 0), x, Width::Scalar);
         }
         let next = b.ins().iadd_imm_s(iv, 1);
         b.def_var(i, next);

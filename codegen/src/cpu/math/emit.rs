@@ -269,7 +269,12 @@ impl<'a, 'f> Em<'a, 'f> {
 /// [`const_pool`](crate::cpu::const_pool) at `pool` (the pool's base address, defined once
 /// in the function), which x86 folds into the one instruction that uses it; without a base,
 /// or with the pool full, a `vconst` from the function's own constant pool.
-pub(crate) fn pool_const(b: &mut FunctionBuilder, pool: Option<Value>, ty: Type, bits: u32) -> Value {
+pub(crate) fn pool_const(
+    b: &mut FunctionBuilder,
+    pool: Option<Value>,
+    ty: Type,
+    bits: u32,
+) -> Value {
     if let (Some(base), Some(off)) = (pool, crate::cpu::const_pool::offset_of(bits)) {
         let flags = MemFlagsData::new()
             .with_notrap()
