@@ -53,21 +53,24 @@ fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
+/// The rough cost of one statement per element, in simple vector instructions: a
+/// transcendental is about 24, `pow` (libm per lane) about 48.
+pub(crate) fn stmt_cost(e: &Expr) -> usize {
+    match e {
+        Expr::Unary(u, _) => match u {
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt | UnaryOp::Recip => 1,
+            UnaryOp::Rsqrt => 2,
+            _ => 24,
+        },
+        Expr::Binary(BinaryOp::Pow, ..) => 48,
+        _ => 1,
+    }
+}
+
 /// Unroll factor: how many vectors of the inner loop one iteration computes
 /// (`KILN_UNROLL` overrides it, for measurements).
 fn unroll(nest: &LoopNest, point: &[ValueId], reduces: &[ValueId]) -> i64 {
-    let weight: usize = point
-        .iter()
-        .map(|&v| match nest.body[v].expr {
-            Expr::Unary(u, _) => match u {
-                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt | UnaryOp::Recip => 1,
-                UnaryOp::Rsqrt => 2,
-                _ => 24,
-            },
-            Expr::Binary(BinaryOp::Pow, ..) => 48,
-            _ => 1,
-        })
-        .sum();
+    let weight: usize = point.iter().map(|&v| stmt_cost(&nest.body[v].expr)).sum();
     if let Some(u) = std::env::var("KILN_UNROLL")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -1,42 +1,31 @@
 //! The exp-based activations: `tanh`, `sigmoid`, `silu` and the tanh form of `gelu`.
 
 use super::emit::Em;
-use super::exp_log::exp;
-use cranelift_codegen::ir::condcodes::FloatCC;
+use super::exp_log::{exp, expm1_nonpositive};
 use cranelift_codegen::ir::{InstBuilder, Value};
 
-/// Below this |x|, tanh is the odd polynomial; above, `±(1 - 2/(e^2|x| + 1))`.
-const TANH_SMALL: f32 = 0.625;
-/// `(tanh(x) - x)/x³` as a polynomial in `x²` on |x| ≤ 0.625 (minimax relative, 4.4e-9).
-const TANH_P: [f32; 5] = [
-    -0.0057049873,
-    0.020639088,
-    -0.053739715,
-    0.13331442,
-    -0.3333328,
-];
+/// tanh(|x|) rounds to 1 in f32 past |x| ≈ 9.01, so `2|x|` is clamped here, which keeps
+/// `expm1` in its exact-scale range.
+const TANH_CLAMP: f32 = 20.0;
 /// `2·sqrt(2/π)`
 const GELU_K1: f32 = 1.5957692;
 /// `2·sqrt(2/π)·0.044715`
 const GELU_K2: f32 = 0.071354814;
 
-/// `tanh x`: `x + x³·P(x²)` for |x| < 0.625, else `±(1 - 2/(e^2|x| + 1))` with the sign of
-/// x (no cancellation: the quotient is ≤ 0.9). `e^2|x|` overflowing to +inf gives ±1.
+/// `tanh x = sign(x)·(-t/(2 + t))` with `t = expm1(-2|x|) ∈ (-1, 0]`: one path for every x
+/// (no polynomial branch and select), accurate relatively for tiny x (`t ≈ -2|x|`) and
+/// with no cancellation anywhere (`2 + t ∈ (1, 2]`). `2|x|` is clamped to 20 (tanh is 1
+/// in f32 well before); NaN passes through; ±inf gives ±1; ±0 gives ±0.
 pub(super) fn tanh(e: &mut Em, x: Value) -> Value {
-    let z = e.mul(x, x);
-    let p = e.horner(z, &TANH_P);
-    let xz = e.mul(x, z);
-    let small = e.mul_add(p, xz, x);
     let ax = e.abs(x);
-    let x2 = e.add(ax, ax);
-    let e2 = exp(e, x2);
-    let d = e.addc(e2, 1.0);
-    let q = e.cdiv(2.0, d);
-    let big = e.csub(1.0, q);
+    let y = e.mulc(ax, -2.0);
+    let y = e.max_keep_nan(y, -TANH_CLAMP);
+    let t = expm1_nonpositive(e, y);
+    let nt = e.neg(t);
+    let d = e.addc(t, 2.0);
+    let q = e.div(nt, d);
     let sign = e.sign_of(x);
-    let big = e.b.ins().bor(big, sign);
-    let is_small = e.cmpc(FloatCC::LessThan, ax, TANH_SMALL);
-    e.sel(is_small, small, big)
+    e.b.ins().bor(q, sign)
 }
 
 /// `num / (1 + e^-arg)`, the shape of sigmoid, silu and gelu-tanh (`e^-arg` → +inf gives

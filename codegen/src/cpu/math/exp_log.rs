@@ -70,6 +70,31 @@ fn exp_core(e: &mut Em, hi: Value, lo: Option<Value>) -> Value {
     e.float_bits(sum)
 }
 
+/// `e^y - 1` for `y ∈ [-20, 0]` (or NaN): `y = n·ln2 + r` as in [`exp_core`], `e^r - 1 =
+/// r + r²·P(r)` with exp's own `P` (it is `(e^r - 1 - r)/r²`), and `e^y - 1 =
+/// 2^n·(e^r - 1) + (2^n - 1)`, where `2^n - 1` is exact for `n ∈ [-29, 0]`. No cancellation
+/// near 0 (`n = 0` there: the result is `r + r²P`), so it is accurate relatively for tiny
+/// `y`.
+pub(super) fn expm1_nonpositive(e: &mut Em, y: Value) -> Value {
+    let shifter = e.c(SHIFTER);
+    let t = e.mul_add_c(y, LOG2E, shifter);
+    let n = e.sub(t, shifter);
+    let r = e.mul_add_c(n, -LN2_HI, y);
+    let r = e.mul_add_c(n, -LN2_LO, r);
+    let p = e.horner(r, &EXP_P);
+    let r2 = e.mul(r, r);
+    let em = e.mul_add(r2, p, r);
+    // 2^n: n sits in t's low mantissa bits (two's complement), so `(t_bits << 23) + bits(1)`
+    // has the exponent field 127 + n
+    let ti = e.int_bits(t);
+    let sh = e.b.ins().ishl_imm_u(ti, 23);
+    let one_bits = e.ci(0x3f80_0000);
+    let si = e.b.ins().iadd(sh, one_bits);
+    let scale = e.float_bits(si);
+    let sm1 = e.addc(scale, -1.0);
+    e.mul_add(scale, em, sm1)
+}
+
 /// `e^x`: [`exp_core`] plus the special cases: `x > EXP_HI` (and +inf) → +inf, NaN → NaN,
 /// `x < EXP_LO` (and -inf) → 0.
 pub(super) fn exp(e: &mut Em, x: Value) -> Value {
