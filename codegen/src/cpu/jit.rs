@@ -7,10 +7,10 @@ use crate::error::CodegenError;
 use crate::loops::LoopNest;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
-use cranelift_codegen::Context;
+use cranelift_codegen::{CompiledCode, Context};
 use cranelift_frontend::FunctionBuilderContext;
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, Linkage, Module};
+use cranelift_module::{default_libcall_names, Linkage, Module, ModuleReloc};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -129,6 +129,35 @@ pub(crate) fn compile(nest: &LoopNest, spec: &Spec) -> Result<KernelFn, CodegenE
     Ok(f)
 }
 
+/// Compiles `ctx.func` as `Context::compile` does at `opt_level=none`, except that block
+/// parameters with a single incoming value are kept: those are the cuts of
+/// [`cut_multi_use_vectors`](super::cuts::cut_multi_use_vectors), which `compile`'s
+/// constant-phi removal would undo.
+fn compile_keeping_cuts(
+    module: &JITModule,
+    ctx: &mut Context,
+    disasm: bool,
+) -> Result<CompiledCode, String> {
+    let isa = module.isa();
+    cranelift_codegen::verify_function(&ctx.func, isa).map_err(|e| e.to_string())?;
+    ctx.compute_cfg();
+    ctx.compute_domtree();
+    ctx.eliminate_unreachable_code(isa)
+        .map_err(|e| e.to_string())?;
+    ctx.func.dfg.resolve_all_aliases();
+    let mut regalloc = regalloc2::Ctx::default();
+    let stencil = isa
+        .compile_function(
+            &ctx.func,
+            &ctx.domtree,
+            &mut regalloc,
+            disasm,
+            &mut Default::default(),
+        )
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(stencil.apply_params(&ctx.func.params))
+}
+
 /// The Cranelift IR of `nest` at `spec`, as text (`kiln dump --stage clif`).
 pub fn clif_text(nest: &LoopNest, spec: &Spec) -> Result<String, CodegenError> {
     let mut j = jit()?.lock();
@@ -177,6 +206,9 @@ fn define(
     let mut ctx: Context = module.make_context();
     ctx.func.signature = sig;
     emit_nest(module, fctx, &mut ctx.func, nest, spec, host_fma()).map_err(err)?;
+    if std::env::var_os("KILN_NO_CUTS").is_none() {
+        super::cuts::cut_multi_use_vectors(&mut ctx.func);
+    }
     if let Some(t) = text {
         *t = ctx.func.display().to_string();
         module.clear_context(&mut ctx);
@@ -184,18 +216,27 @@ fn define(
         return Ok(unused_kernel);
     }
     let asm = std::env::var_os("KILN_ASM").is_some();
-    ctx.set_disasm(asm);
+    let code = compile_keeping_cuts(module, &mut ctx, asm).map_err(err)?;
+    let relocs: Vec<ModuleReloc> = code
+        .buffer
+        .relocs()
+        .iter()
+        .map(|r| ModuleReloc::from_mach_reloc(r, &ctx.func, fid))
+        .collect();
     module
-        .define_function(fid, &mut ctx)
+        .define_function_bytes(
+            fid,
+            u64::from(code.buffer.alignment),
+            code.code_buffer(),
+            &relocs,
+        )
         .map_err(|e| err(format!("{e:?}")))?;
     if asm {
-        if let Some(cc) = ctx.compiled_code() {
-            eprintln!(
-                "---- {} ----\n{}",
-                nest.name,
-                cc.vcode.as_deref().unwrap_or("")
-            );
-        }
+        eprintln!(
+            "---- {} ----\n{}",
+            nest.name,
+            code.vcode.as_deref().unwrap_or("")
+        );
     }
     module.clear_context(&mut ctx);
     module

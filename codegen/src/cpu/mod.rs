@@ -3,6 +3,7 @@
 //! ([`kernels`]); the compiled program over an arena of buffers ([`plan`]).
 
 pub(crate) mod const_pool;
+mod cuts;
 pub mod dump;
 pub mod emit;
 pub mod jit;
