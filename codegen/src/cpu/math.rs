@@ -34,9 +34,10 @@
 //! 1e-7), and for sin/cos near their roots absolute (the tests allow 1e-6). The gelu row is
 //! against `x·erfc(-x/√2)/2`: the reference's `1 + erf(x/√2)` cancels in f64 for x ≲ -5.
 //!
-//! Speed: the hot workload `gelu_tanh(x·1.5 + 0.5)·sigmoid(x)` is ~70 vector instructions
-//! per 4 elements (two exps, two `divps`); measured ~2.8-3.5 ns per element on one core of
-//! a loaded machine (`hot_workload_throughput`, an ignored test).
+//! Speed: the hot workload `gelu_tanh(x·1.5 + 0.5)·sigmoid(x)` is ~55 vector instructions
+//! per 4 elements in a generated kernel (two exps, two `divps`; constants folded into their
+//! instructions from the pool, see `const_pool.rs` and `cuts.rs`). `hot_workload_throughput`
+//! (an ignored test) times the routines alone.
 //!
 //! `maximum`/`minimum` propagate NaN (`maxps`/`minps` plus an unordered-compare mask OR-ed
 //! in), `relu` keeps NaN and is a single `maxps(0, x)` on vectors.

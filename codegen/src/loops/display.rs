@@ -22,6 +22,8 @@ fn expr_text(nest: &LoopNest, e: &Expr) -> String {
         }
         Expr::Const(c) => format_float(*c),
         Expr::InnerLen => "len(inner)".to_string(),
+        // the IR spells the tanh form `gelu {approximate = "tanh"}`; here it needs a name
+        Expr::Unary(kiln_ir::UnaryOp::GeluTanh, x) => format!("gelu_tanh {}", v(x)),
         Expr::Unary(op, x) => format!("{} {}", op.name(), v(x)),
         Expr::Binary(op, x, y) => format!("{} {}, {}", op.name(), v(x), v(y)),
         Expr::Where(c, x, y) => format!("where {}, {}, {}", v(c), v(x), v(y)),

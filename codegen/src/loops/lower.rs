@@ -224,6 +224,7 @@ impl<'g> Lowering<'g> {
                 value: value_of[&o],
             });
         }
+        super::activations::fuse_activations(&mut body);
         let phases = plan_phases(&body, &stores);
         let mut nest = LoopNest {
             name: self.g.name().to_string(),

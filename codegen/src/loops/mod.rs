@@ -12,6 +12,7 @@
 //! stores the outputs. The CPU backend turns a nest into Cranelift IR; the CUDA backend
 //! lowers the same form.
 
+mod activations;
 mod display;
 mod lower;
 mod phases;
