@@ -12,11 +12,12 @@
 
 use super::{Expr, Stmt, ValueId};
 use kiln_ir::{BinaryOp, UnaryOp};
+use std::f64::consts::FRAC_1_SQRT_2;
 
-/// The decomposed forms of `sqrt(2/π)`, `0.044715`, `1/√2`, `0.5` and `1`.
+/// The constants of the tanh form as decomposition writes them (`1/√2` is
+/// [`FRAC_1_SQRT_2`], which prints as decomposition's `0.7071067811865476`).
 const SQRT_2_OVER_PI: f64 = 0.7978845608028654;
 const GELU_CUBIC: f64 = 0.044715;
-const FRAC_1_SQRT_2: f64 = 0.7071067811865476;
 
 /// Rewrites every statement that computes a decomposed gelu (either form) into the one
 /// unary op; the statements it was built from are left for dead-code removal by phase
