@@ -105,6 +105,55 @@ struct Emitter<'a> {
     row64: HashMap<ValueId, Value>,
     /// per (buffer, inner index value): the element pointer, shared by unrolled copies
     ptr_cache: std::cell::RefCell<HashMap<(usize, Value), Value>>,
+    /// the normalisers of decomposed norms, computed in f64 (see [`norm_chains`])
+    norm64: NormChains,
+}
+
+/// The statements of `rsqrt(sum(c * c) / n + eps)` (decomposed `layer_norm` and `rms_norm`):
+/// the division, the addition and the `rsqrt` are done in f64 on the f64 total and rounded
+/// once, as the eager norms compute them; and where the f32 squares overflowed (|c| past
+/// ~1.8e19, the total is +inf) the row's squares are redone in f64 (a slow path taken only
+/// then), so the norm is finite where eager's is, not 0.
+#[derive(Default)]
+struct NormChains {
+    /// sum reductions of `c * c`, mapped to `c`
+    squares: HashMap<ValueId, ValueId>,
+    /// the row values after them (`/ n`, `+ eps`, `rsqrt`)
+    rows: std::collections::HashSet<ValueId>,
+}
+
+fn norm_chains(nest: &LoopNest) -> NormChains {
+    let body = &nest.body;
+    let mut chains = NormChains::default();
+    for (v, st) in body.iter().enumerate() {
+        let Expr::Unary(UnaryOp::Rsqrt, a) = st.expr else {
+            continue;
+        };
+        let Expr::Binary(BinaryOp::Add, m, eps) = body[a].expr else {
+            continue;
+        };
+        if !matches!(body[eps].expr, Expr::Const(_)) {
+            continue;
+        }
+        let Expr::Binary(BinaryOp::Div, r, n) = body[m].expr else {
+            continue;
+        };
+        if !matches!(body[n].expr, Expr::Const(_) | Expr::InnerLen) {
+            continue;
+        }
+        let Expr::Reduce(ReduceOp::Sum, sq) = body[r].expr else {
+            continue;
+        };
+        let Expr::Binary(BinaryOp::Mul, c, c2) = body[sq].expr else {
+            continue;
+        };
+        if c != c2 || body[c].row {
+            continue;
+        }
+        chains.squares.insert(r, c);
+        chains.rows.extend([m, a, v]);
+    }
+    chains
 }
 
 /// Builds the body of `func` (whose signature is the kernel signature) for `nest` at `spec`.
@@ -175,6 +224,7 @@ pub(crate) fn emit_nest(
         row: HashMap::new(),
         row64: HashMap::new(),
         ptr_cache: Default::default(),
+        norm64: norm_chains(nest),
     };
     for phase in &nest.phases {
         match phase {
@@ -334,6 +384,11 @@ impl Emitter<'_> {
     /// A row value (scalar), computed from other row values.
     fn row_value(&mut self, b: &mut FunctionBuilder, v: ValueId) -> Value {
         let e = self.nest.body[v].expr.clone();
+        if self.norm64.rows.contains(&v) {
+            let r = self.norm_row_f64(b, &e);
+            self.row64.insert(v, r);
+            return b.ins().fdemote(types::F32, r);
+        }
         match e {
             Expr::Load(buf) if self.is_bool(buf) => {
                 b.ins().load(types::I8, flags(), self.base[buf], 0)
@@ -364,6 +419,95 @@ impl Emitter<'_> {
                 let ops = |x: &ValueId| self.row[x];
                 self.compute(b, &other, Width::Scalar, &ops)
             }
+        }
+    }
+
+    /// A norm's sum of squares (see [`NormChains`]) redone in f64 when the fast one (f32
+    /// squares, summed in f64) overflowed to +inf: a scalar loop over the row that squares
+    /// each `c` in f64, taken only then. Returns the total to use.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the loop's context, passed through"
+    )]
+    fn norm_squares_f64(
+        &self,
+        b: &mut FunctionBuilder,
+        total: Value,
+        c: ValueId,
+        point: &[ValueId],
+        splats: &HashMap<ValueId, Value>,
+        i0: Value,
+        i1: Value,
+    ) -> Value {
+        let inf = b.ins().f64const(f64::INFINITY);
+        let over = b.ins().fcmp(FloatCC::Equal, total, inf);
+        let (hdr, body, join) = (b.create_block(), b.create_block(), b.create_block());
+        let out = b.append_block_param(join, types::F64);
+        let j = b.declare_var(types::I64);
+        let acc = b.declare_var(types::F64);
+        let pre = b.create_block();
+        b.ins().brif(over, pre, &[], join, &[total.into()]);
+        b.switch_to_block(pre);
+        b.def_var(j, i0);
+        let zero = b.ins().f64const(0.0);
+        b.def_var(acc, zero);
+        b.ins().jump(hdr, &[]);
+        b.switch_to_block(hdr);
+        let jv = b.use_var(j);
+        let more = b.ins().icmp(IntCC::SignedLessThan, jv, i1);
+        let a = b.use_var(acc);
+        b.ins().brif(more, body, &[], join, &[a.into()]);
+        b.switch_to_block(body);
+        let jv = b.use_var(j);
+        let vals = self
+            .point_values(b, point, &[(jv, 0)], Width::Scalar, splats)
+            .pop()
+            .expect("one copy");
+        let cv = self.lookup(c, Width::Scalar, &vals, splats);
+        let w = b.ins().fpromote(types::F64, cv);
+        let a = b.use_var(acc);
+        let n = self.mul_add_f64(b, w, w, a);
+        b.def_var(acc, n);
+        let next = b.ins().iadd_imm_s(jv, 1);
+        b.def_var(j, next);
+        b.ins().jump(hdr, &[]);
+        b.switch_to_block(join);
+        out
+    }
+
+    /// `a * m + c` on f64 values, fused when the host has FMA.
+    fn mul_add_f64(&self, b: &mut FunctionBuilder, a: Value, m: Value, c: Value) -> Value {
+        if self.math.has_fma() {
+            b.ins().fma(a, m, c)
+        } else {
+            let p = b.ins().fmul(a, m);
+            b.ins().fadd(p, c)
+        }
+    }
+
+    /// A statement of a norm chain (`/ n`, `+ eps`, `rsqrt`) in f64.
+    fn norm_row_f64(&self, b: &mut FunctionBuilder, e: &Expr) -> Value {
+        let f64_of = |b: &mut FunctionBuilder, x: ValueId| match self.nest.body[x].expr {
+            Expr::Const(c) => b.ins().f64const(c),
+            Expr::InnerLen => b.ins().fcvt_from_sint(types::F64, self.inner_len_i),
+            _ => self.row64[&x],
+        };
+        match *e {
+            Expr::Binary(BinaryOp::Div, x, y) => {
+                let (x, y) = (f64_of(b, x), f64_of(b, y));
+                b.ins().fdiv(x, y)
+            }
+            Expr::Binary(BinaryOp::Add, x, y) => {
+                let (x, y) = (f64_of(b, x), f64_of(b, y));
+                b.ins().fadd(x, y)
+            }
+            Expr::Unary(UnaryOp::Rsqrt, x) => {
+                let x = f64_of(b, x);
+                let s = b.ins().sqrt(x);
+                let one = b.ins().f64const(1.0);
+                b.ins().fdiv(one, s)
+            }
+            _ => unreachable!("norm chains hold only these statements"),
         }
     }
 
@@ -858,7 +1002,10 @@ impl Emitter<'_> {
                 let l1 = b.ins().extractlane(v, 1);
                 let s = b.ins().fadd(l0, l1);
                 let t = b.use_var(sacc[ri]);
-                let total = b.ins().fadd(s, t);
+                let mut total = b.ins().fadd(s, t);
+                if let Some(&c) = self.norm64.squares.get(&r) {
+                    total = self.norm_squares_f64(b, total, c, point, &splats, i0, i1);
+                }
                 self.row64.insert(r, total);
                 let total = b.ins().fdemote(types::F32, total);
                 self.row.insert(r, total);

@@ -151,6 +151,11 @@ impl Math {
         self.pool = Some(base);
     }
 
+    /// Whether multiply-adds fuse (the host has FMA).
+    pub(crate) fn has_fma(&self) -> bool {
+        self.fma
+    }
+
     /// The pool base, if set.
     pub(crate) fn pool(&self) -> Option<Value> {
         self.pool
