@@ -120,6 +120,18 @@ impl DType {
         }
     }
 
+    /// The result of integer arithmetic computed exactly in f64, as a value of this dtype:
+    /// `i32` results wrap around (two's complement, as PyTorch's and eager's integer ops
+    /// do, where [`DType::round_f64`], the cast rule, saturates); `i64` results beyond
+    /// f64's exact range cannot wrap exactly and saturate; other dtypes round as
+    /// [`DType::round_f64`].
+    pub fn wrap_f64(self, v: f64) -> f64 {
+        match self {
+            DType::I32 if v.is_finite() => f64::from(v.trunc() as i64 as i32),
+            _ => self.round_f64(v),
+        }
+    }
+
     /// Rounds an f64 to the nearest value representable in this dtype, with the
     /// conversion rules of a cast (float to int truncates toward zero and saturates,
     /// NaN to int gives 0, anything non-zero to bool gives 1).
@@ -184,5 +196,17 @@ mod tests {
         assert_eq!(DType::I32.round_f64(-2.7), -2.0);
         assert_eq!(DType::Bool.round_f64(-0.5), 1.0);
         assert_eq!(DType::F32.round_f64(0.1), 0.1f32 as f64);
+        // casts saturate
+        assert_eq!(DType::I32.round_f64(2f64.powi(32)), f64::from(i32::MAX));
+    }
+
+    #[test]
+    fn integer_arithmetic_wraps() {
+        let i32_max = f64::from(i32::MAX);
+        assert_eq!(DType::I32.wrap_f64(i32_max + 1.0), f64::from(i32::MIN));
+        assert_eq!(DType::I32.wrap_f64(2f64.powi(60)), 0.0);
+        assert_eq!(DType::I32.wrap_f64(-7.0), -7.0);
+        assert_eq!(DType::I32.wrap_f64(f64::NAN), 0.0);
+        assert_eq!(DType::F32.wrap_f64(0.1), 0.1f32 as f64);
     }
 }

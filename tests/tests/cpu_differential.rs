@@ -2819,7 +2819,6 @@ fused_and_unfused! {
     layout_ops,
     views_of_intermediates,
     recomputed_values_agree,
-    #[ignore = "oracle/eager disagreement: eager wraps integer overflow, the interpreter and the e-graph's constant folding saturate"]
     integer_overflow_in_constants,
     dead_values,
     pointwise_chains,

@@ -32,7 +32,7 @@ pub(crate) fn unary(op: UnaryOp, x: &Value, out: &Out) -> Value {
     out.finish(
         x.data
             .iter()
-            .map(|&v| op.eval_f64(d.round_f64(v)))
+            .map(|&v| d.wrap_f64(op.eval_f64(d.round_f64(v))))
             .collect(),
     )
 }
@@ -44,7 +44,8 @@ pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>, out: &Out) ->
     let (x, y) = (bcast(a, &out.shape), bcast(b, &out.shape));
     let mut data = Vec::with_capacity(out.numel());
     for_each_offsets(&out.shape, [&x.strides, &y.strides], |[i, j]| {
-        data.push(op.eval_f64(common.round_f64(x.data[i]), common.round_f64(y.data[j])));
+        let v = op.eval_f64(common.round_f64(x.data[i]), common.round_f64(y.data[j]));
+        data.push(out.dtype.wrap_f64(v));
     });
     out.finish(data)
 }

@@ -82,20 +82,26 @@ fn fold(op: &Op, args: &[&ClassData], out: &TensorType) -> Option<Scalar> {
         ClassData::Scalar(s) => Some(*s),
         ClassData::Tensor { konst, .. } => *konst,
     };
-    let round = |v: f64| -> Scalar {
-        let v = out.dtype.round_f64(v);
+    // integer arithmetic wraps (`wrap_f64`); casts and literals saturate (`round_f64`)
+    let round_as = |v: f64, wrap: bool| -> Scalar {
+        let v = if wrap {
+            out.dtype.wrap_f64(v)
+        } else {
+            out.dtype.round_f64(v)
+        };
         match out.dtype {
             DType::Bool => Scalar::Bool(v != 0.0),
             DType::I32 | DType::I64 => Scalar::Int(v as i64),
             _ => Scalar::Float(v),
         }
     };
+    let round = |v: f64| round_as(v, false);
     match op {
         Op::Full { value, .. } => Some(round(value.to_f64())),
-        Op::Unary(u) => Some(round(u.eval_f64(konst(args[0])?.to_f64()))),
+        Op::Unary(u) => Some(round_as(u.eval_f64(konst(args[0])?.to_f64()), true)),
         Op::Binary(b) => {
             let (x, y) = (konst(args[0])?, konst(args[1])?);
-            Some(round(b.eval_f64(x.to_f64(), y.to_f64())))
+            Some(round_as(b.eval_f64(x.to_f64(), y.to_f64()), true))
         }
         Op::Cast { .. } => Some(round(konst(args[0])?.to_f64())),
         Op::Reshape { .. }
