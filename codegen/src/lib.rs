@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 pub mod cpu;
+pub mod cuda;
 mod error;
 pub mod logging;
 pub mod loops;

@@ -168,6 +168,31 @@ fn dump_stages_loops_and_clif_show_the_generated_kernels() {
 }
 
 #[test]
+fn dump_stage_cuda_shows_cuda_c_and_names_the_kernels_without_it() {
+    let (ok, out, err) = kiln(
+        &[
+            "dump", "--model", "softmax", "--stage", "cuda", "--shape", "5x17",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("// kernel k0_row: 256 threads per block, one block per row"),
+        "{out}"
+    );
+    assert!(out.contains("extern \"C\" __global__ void"), "{out}");
+    assert!(out.contains("kiln_block_max("), "{out}");
+    let (ok, out, err) = kiln(
+        &[
+            "dump", "--model", "mlp", "--stage", "cuda", "--shape", "3x16",
+        ],
+        None,
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("no CUDA C ("), "{out}");
+}
+
+#[test]
 fn kiln_logs_code_reports_each_compiled_kernel() {
     let (ok, _, err) = kiln(&["demo"], Some("code"));
     assert!(ok, "{err}");

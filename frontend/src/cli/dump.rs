@@ -15,7 +15,7 @@ pub fn dump(file: &Path, stage: Stage) -> Result<(), CliError> {
 fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
     use kiln_passes::pipeline::{run_passes, stage_passes, PassOptions};
     let pipeline = match stage {
-        Stage::Loops | Stage::Clif => "scheduled",
+        Stage::Loops | Stage::Clif | Stage::Cuda => "scheduled",
         s => s.name(),
     };
     let passes = stage_passes(pipeline).ok_or("unknown stage")?;
@@ -27,6 +27,11 @@ fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
     if stage == Stage::Scheduled {
         for g in &out {
             print!("{}", kiln_passes::schedule::schedule(g)?);
+        }
+    } else if stage == Stage::Cuda {
+        for g in &out {
+            let s = kiln_passes::schedule::schedule(g)?;
+            print!("{}", kiln_codegen::cuda::dump::describe(&s));
         }
     } else if matches!(stage, Stage::Loops | Stage::Clif) {
         for g in &out {

@@ -100,6 +100,8 @@ pub enum Stage {
     Loops,
     /// the Cranelift IR of each generated kernel
     Clif,
+    /// the CUDA C of each kernel group with a loop nest
+    Cuda,
 }
 
 impl Stage {
@@ -112,6 +114,7 @@ impl Stage {
             Stage::Scheduled => "scheduled",
             Stage::Loops => "loops",
             Stage::Clif => "clif",
+            Stage::Cuda => "cuda",
         }
     }
 }

@@ -1,0 +1,28 @@
+//! The CUDA backend's code generation: loop nests to CUDA C ([`source`]), and an emulation
+//! harness that compiles the same source with g++ against a small shim header and runs it
+//! on the CPU ([`emulate`]), so generated kernels are tested without a GPU.
+//!
+//! # The generated source
+//!
+//! One kernel per nest. The source holds no `#include`: NVRTC's built-ins, or the
+//! emulation shim, provide everything it uses. It declares the argument struct and the
+//! kernel, both named after [`CudaKernel::name`]:
+//!
+//! ```c
+//! struct NAME_args {
+//!     void* ptr[NB];             // the nest's buffers, in order (f32 or bool = unsigned char)
+//!     long long size[ND];        // the loop sizes, outer dims first, the inner dim last
+//!     long long stride[NB][ND];  // element strides of each buffer along each loop dim (0: not indexed)
+//! };
+//! extern "C" __global__ void NAME(NAME_args a);
+//! ```
+//!
+//! `NB ≥ 1` and `ND ≥ 1` (a nest without dims has one dim of size 1). The kernel is launched
+//! with `blockDim.x == CudaKernel::block_threads` (and `y = z = 1`) and any grid: every loop
+//! over rows or elements is grid-stride, so a small grid is correct, only slower.
+
+pub mod dump;
+pub mod emulate;
+pub mod source;
+
+pub use source::{cuda_kernel, CudaKernel, CudaUnsupported, BLOCK_THREADS};

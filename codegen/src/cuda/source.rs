@@ -1,0 +1,516 @@
+//! Loop nest → CUDA C (the contract is in the [module doc](super)).
+//!
+//! A nest without reductions becomes a grid-stride loop over all its elements: each thread
+//! recovers the multi-index of an element from its linear index and evaluates the body
+//! there (row values included; they are cheap). A nest with reductions runs one block per
+//! row (grid-stride over rows): the row's values are computed by every thread, each inner
+//! loop strides the threads over the inner dim, and each reduction is combined across the
+//! block with warp shuffles and a shared buffer of one value per warp. Sums accumulate in
+//! `double`, and a mean (`sum / n`) divides the double total before rounding, as eager and
+//! the CPU backend do. Floats are printed as C hex literals, so constants are exact.
+//!
+//! The math is CUDA's own (`expf`, `tanhf`, `erff`, ... without fast-math), except where
+//! kiln's semantics differ from the plain C function: `maximum`/`minimum` and max/min
+//! reductions propagate NaN; `relu` keeps NaN; `rsqrt` is `1/sqrtf` (CUDA's `rsqrtf` is not
+//! correctly rounded); sigmoid, silu and the tanh form of gelu are `x/(1 + e^-t)` forms.
+
+use crate::loops::{Expr, LoopNest, Phase, ScalarType, ValueId};
+use kiln_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
+use std::fmt::Write;
+
+/// Threads per block of every generated kernel.
+pub const BLOCK_THREADS: u32 = 256;
+
+/// A generated kernel: its source and how to launch it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaKernel {
+    /// the kernel's C name (and `NAME_args`, its argument struct)
+    pub name: String,
+    /// the CUDA C source: argument struct, device helpers, kernel
+    pub source: String,
+    /// `blockDim.x` to launch with
+    pub block_threads: u32,
+    /// true: one block per row of the outer dims; false: threads over all elements
+    pub per_row: bool,
+    /// the number of loop dims in the argument struct (`ND`, at least 1)
+    pub ndims: usize,
+    /// the number of buffers (`NB`)
+    pub nbuffers: usize,
+}
+
+/// Why a nest has no CUDA kernel.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("kernel {kernel}: no CUDA code for {reason}")]
+pub struct CudaUnsupported {
+    /// the nest's name
+    pub kernel: String,
+    /// what is missing
+    pub reason: String,
+}
+
+/// The CUDA kernel of `nest`.
+pub fn cuda_kernel(nest: &LoopNest) -> Result<CudaKernel, CudaUnsupported> {
+    let fail = |reason: String| CudaUnsupported {
+        kernel: nest.name.clone(),
+        reason,
+    };
+    if nest.buffers.is_empty() {
+        return Err(fail("a nest without buffers".to_string()));
+    }
+    for b in &nest.buffers {
+        if !matches!(b.dtype, DType::F32 | DType::Bool) {
+            return Err(fail(format!("buffer {} of dtype {}", b.name, b.dtype)));
+        }
+    }
+    let name = c_ident(&format!("kiln_{}", nest.name));
+    let nd = nest.dims.len().max(1);
+    let mut g = Gen {
+        nest,
+        nd,
+        out: String::new(),
+    };
+    g.prelude(&name);
+    if nest.reduces {
+        g.per_row_kernel(&name);
+    } else {
+        g.pointwise_kernel(&name);
+    }
+    Ok(CudaKernel {
+        name,
+        source: g.out,
+        block_threads: BLOCK_THREADS,
+        per_row: nest.reduces,
+        ndims: nd,
+        nbuffers: nest.buffers.len(),
+    })
+}
+
+/// `s` with every character that is not a C identifier character replaced by `_`.
+fn c_ident(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// A float constant as a C expression of type `float` (hex literal, or the inf/NaN macros).
+fn float_lit(c: f64) -> String {
+    let f = c as f32;
+    if f.is_nan() {
+        "NAN".to_string()
+    } else if f.is_infinite() {
+        if f > 0.0 { "INFINITY" } else { "(-INFINITY)" }.to_string()
+    } else {
+        hex_float(f)
+    }
+}
+
+/// `f` (finite) as a C99 hexadecimal float literal with the `f` suffix: exact.
+fn hex_float(f: f32) -> String {
+    if f == 0.0 {
+        return if f.is_sign_negative() {
+            "(-0.0f)"
+        } else {
+            "0.0f"
+        }
+        .to_string();
+    }
+    let bits = f.to_bits();
+    let sign = if bits >> 31 == 1 { "-" } else { "" };
+    let exp = ((bits >> 23) & 0xff) as i32;
+    let mant = bits & 0x7f_ffff;
+    // normal: 1.m × 2^(e-127); denormal: 0.m × 2^-126
+    let (lead, e) = if exp == 0 { (0, -126) } else { (1, exp - 127) };
+    // 23 mantissa bits as 6 hex digits (shifted left by one to fill 24 bits)
+    format!("({sign}0x{lead}.{:06x}p{e:+}f)", mant << 1)
+}
+
+struct Gen<'a> {
+    nest: &'a LoopNest,
+    nd: usize,
+    out: String,
+}
+
+impl Gen<'_> {
+    fn line(&mut self, indent: usize, s: &str) {
+        for _ in 0..indent {
+            self.out.push_str("    ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    /// The argument struct and the device helpers.
+    fn prelude(&mut self, name: &str) {
+        let nb = self.nest.buffers.len();
+        let nd = self.nd;
+        let _ = writeln!(
+            self.out,
+            "// kiln: generated from loop nest @{}",
+            self.nest.name
+        );
+        let _ = writeln!(
+            self.out,
+            "struct {name}_args {{\n    void* ptr[{nb}];\n    long long size[{nd}];\n    long long stride[{nb}][{nd}];\n}};"
+        );
+        self.out.push_str(HELPERS);
+    }
+
+    /// The element offset of buffer `b` at the loop indices `i0..` (names `i{d}`).
+    fn offset(&self, b: usize) -> String {
+        let used: Vec<usize> = self.nest.buffers[b]
+            .index
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        if used.is_empty() {
+            return "0".to_string();
+        }
+        used.iter()
+            .map(|d| format!("i{d} * a.stride[{b}][{d}]"))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+
+    fn var_ty(&self, v: ValueId) -> &'static str {
+        match self.nest.body[v].ty {
+            ScalarType::F32 => "float",
+            ScalarType::Bool => "bool",
+        }
+    }
+
+    /// The C expression of statement `v` (not a reduction).
+    fn expr(&self, v: ValueId) -> String {
+        let x = |i: &ValueId| format!("v{i}");
+        match &self.nest.body[v].expr {
+            Expr::Load(b) => {
+                let off = self.offset(*b);
+                match self.nest.buffers[*b].dtype {
+                    DType::Bool => format!("(((const unsigned char*)a.ptr[{b}])[{off}] != 0)"),
+                    _ => format!("((const float*)a.ptr[{b}])[{off}]"),
+                }
+            }
+            Expr::Const(c) => float_lit(*c),
+            Expr::InnerLen => format!("(float)a.size[{}]", self.nd - 1),
+            Expr::Unary(u, a) => unary(*u, &x(a)),
+            Expr::Binary(op, p, q) => binary(*op, &x(p), &x(q)),
+            Expr::Where(c, p, q) => format!("({} ? {} : {})", x(c), x(p), x(q)),
+            Expr::BoolToF32(c) => format!("({} ? 1.0f : 0.0f)", x(c)),
+            Expr::Reduce(..) => unreachable!("reductions are combined across the block"),
+        }
+    }
+
+    fn stmt(&mut self, indent: usize, v: ValueId) {
+        let s = format!("{} v{v} = {};", self.var_ty(v), self.expr(v));
+        self.line(indent, &s);
+    }
+
+    fn store(&mut self, indent: usize, s: usize) {
+        let st = self.nest.stores[s];
+        let off = self.offset(st.buffer);
+        let line = match self.nest.buffers[st.buffer].dtype {
+            DType::Bool => format!(
+                "((unsigned char*)a.ptr[{}])[{off}] = v{} ? 1 : 0;",
+                st.buffer, st.value
+            ),
+            _ => format!("((float*)a.ptr[{}])[{off}] = v{};", st.buffer, st.value),
+        };
+        self.line(indent, &line);
+    }
+
+    /// Declarations of the multi-index `i{first}..i{last}` of `lin` over the loop sizes.
+    fn unflatten(&mut self, indent: usize, lin: &str, dims: std::ops::Range<usize>) {
+        self.line(indent, &format!("long long rem = {lin};"));
+        for d in dims.clone().rev() {
+            if d == dims.start {
+                self.line(indent, &format!("long long i{d} = rem;"));
+            } else {
+                self.line(
+                    indent,
+                    &format!("long long i{d} = rem % a.size[{d}]; rem /= a.size[{d}];"),
+                );
+            }
+        }
+        self.line(indent, "(void)rem;");
+    }
+
+    fn pointwise_kernel(&mut self, name: &str) {
+        let nd = self.nd;
+        self.line(
+            0,
+            &format!("extern \"C\" __global__ void __launch_bounds__({BLOCK_THREADS}) {name}({name}_args a) {{"),
+        );
+        let total = (0..nd)
+            .map(|d| format!("a.size[{d}]"))
+            .collect::<Vec<_>>()
+            .join(" * ");
+        self.line(1, &format!("const long long total = {total};"));
+        self.line(
+            1,
+            "for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {",
+        );
+        self.unflatten(2, "e", 0..nd);
+        let phases = self.nest.phases.clone();
+        for p in &phases {
+            match p {
+                Phase::Row(vs) => vs.iter().for_each(|&v| self.stmt(2, v)),
+                Phase::Inner { point, stores, .. } => {
+                    point.iter().for_each(|&v| self.stmt(2, v));
+                    stores.iter().for_each(|&s| self.store(2, s));
+                }
+                Phase::RowStores(ss) => ss.iter().for_each(|&s| self.store(2, s)),
+            }
+        }
+        self.line(1, "}");
+        self.line(0, "}");
+    }
+
+    fn per_row_kernel(&mut self, name: &str) {
+        let nd = self.nd;
+        let inner = nd - 1;
+        self.line(
+            0,
+            &format!("extern \"C\" __global__ void __launch_bounds__({BLOCK_THREADS}) {name}({name}_args a) {{"),
+        );
+        self.line(1, "__shared__ double kiln_red[32];");
+        let rows = if inner == 0 {
+            "1".to_string()
+        } else {
+            (0..inner)
+                .map(|d| format!("a.size[{d}]"))
+                .collect::<Vec<_>>()
+                .join(" * ")
+        };
+        self.line(1, &format!("const long long rows = {rows};"));
+        self.line(1, &format!("const long long inner = a.size[{inner}];"));
+        self.line(
+            1,
+            "for (long long row = blockIdx.x; row < rows; row += gridDim.x) {",
+        );
+        if inner > 0 {
+            self.unflatten(2, "row", 0..inner);
+        }
+        // row values read the inner dim at index 0 (their buffers do not vary along it)
+        self.line(2, &format!("long long i{inner} = 0;"));
+        // the f64 totals of sums, for a mean's division
+        let mut sums: Vec<ValueId> = Vec::new();
+        let phases = self.nest.phases.clone();
+        for p in &phases {
+            match p {
+                Phase::Row(vs) => {
+                    for &v in vs {
+                        self.row_stmt(2, v, &sums);
+                    }
+                }
+                Phase::RowStores(ss) => {
+                    self.line(2, "if (threadIdx.x == 0) {");
+                    ss.iter().for_each(|&s| self.store(3, s));
+                    self.line(2, "}");
+                }
+                Phase::Inner {
+                    point,
+                    reduces,
+                    stores,
+                } => {
+                    for &r in reduces {
+                        let (op, _) = reduce_of(&self.nest.body[r].expr);
+                        let init = match op {
+                            ReduceOp::Sum | ReduceOp::Mean => "double acc{r} = 0.0;",
+                            ReduceOp::Max => "float acc{r} = -INFINITY;",
+                            ReduceOp::Min => "float acc{r} = INFINITY;",
+                        };
+                        self.line(2, &init.replace("{r}", &r.to_string()));
+                    }
+                    self.line(
+                        2,
+                        "for (long long j = threadIdx.x; j < inner; j += blockDim.x) {",
+                    );
+                    self.line(3, &format!("long long i{inner} = j;"));
+                    point.iter().for_each(|&v| self.stmt(3, v));
+                    for &r in reduces {
+                        let (op, x) = reduce_of(&self.nest.body[r].expr);
+                        let upd = match op {
+                            ReduceOp::Sum | ReduceOp::Mean => format!("acc{r} += (double)v{x};"),
+                            ReduceOp::Max => format!("acc{r} = kiln_max(acc{r}, v{x});"),
+                            ReduceOp::Min => format!("acc{r} = kiln_min(acc{r}, v{x});"),
+                        };
+                        self.line(3, &upd);
+                    }
+                    stores.iter().for_each(|&s| self.store(3, s));
+                    self.line(2, "}");
+                    for &r in reduces {
+                        let (op, _) = reduce_of(&self.nest.body[r].expr);
+                        match op {
+                            ReduceOp::Sum | ReduceOp::Mean => {
+                                self.line(
+                                    2,
+                                    &format!("acc{r} = kiln_block_sum(acc{r}, kiln_red);"),
+                                );
+                                self.line(2, &format!("float v{r} = (float)acc{r};"));
+                                sums.push(r);
+                            }
+                            ReduceOp::Max => self.line(
+                                2,
+                                &format!("float v{r} = kiln_block_max(acc{r}, kiln_red);"),
+                            ),
+                            ReduceOp::Min => self.line(
+                                2,
+                                &format!("float v{r} = kiln_block_min(acc{r}, kiln_red);"),
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+        // the next row reuses kiln_red and the outputs
+        self.line(2, "__syncthreads();");
+        self.line(1, "}");
+        self.line(0, "}");
+    }
+
+    /// A row statement: a mean (`sum / n` with a constant or the inner length) divides the
+    /// double total; everything else as a point statement.
+    fn row_stmt(&mut self, indent: usize, v: ValueId, sums: &[ValueId]) {
+        if let Expr::Binary(BinaryOp::Div, s, n) = self.nest.body[v].expr {
+            if sums.contains(&s) {
+                let d = match self.nest.body[n].expr {
+                    Expr::Const(c) => Some(format!("{:?}", c)),
+                    Expr::InnerLen => Some(format!("(double)a.size[{}]", self.nd - 1)),
+                    _ => None,
+                };
+                if let Some(d) = d {
+                    let d = if d.contains('.') || d.contains('(') || d.contains('e') {
+                        d
+                    } else {
+                        format!("{d}.0")
+                    };
+                    self.line(indent, &format!("float v{v} = (float)(acc{s} / {d});"));
+                    return;
+                }
+            }
+        }
+        self.stmt(indent, v);
+    }
+}
+
+fn reduce_of(e: &Expr) -> (ReduceOp, ValueId) {
+    match e {
+        Expr::Reduce(op, x) => (*op, *x),
+        _ => unreachable!("not a reduction"),
+    }
+}
+
+fn unary(op: UnaryOp, x: &str) -> String {
+    match op {
+        UnaryOp::Neg => format!("(-{x})"),
+        UnaryOp::Abs => format!("fabsf({x})"),
+        UnaryOp::Exp => format!("expf({x})"),
+        UnaryOp::Log => format!("logf({x})"),
+        UnaryOp::Sqrt => format!("sqrtf({x})"),
+        UnaryOp::Rsqrt => format!("(1.0f / sqrtf({x}))"),
+        UnaryOp::Recip => format!("(1.0f / {x})"),
+        UnaryOp::Sin => format!("sinf({x})"),
+        UnaryOp::Cos => format!("cosf({x})"),
+        UnaryOp::Tanh => format!("tanhf({x})"),
+        UnaryOp::Erf => format!("erff({x})"),
+        UnaryOp::Sigmoid => format!("(1.0f / (1.0f + expf(-{x})))"),
+        UnaryOp::Relu => format!("({x} < 0.0f ? 0.0f : {x})"),
+        UnaryOp::Gelu => format!("kiln_gelu({x})"),
+        UnaryOp::GeluTanh => format!("kiln_gelu_tanh({x})"),
+        UnaryOp::Silu => format!("({x} / (1.0f + expf(-{x})))"),
+    }
+}
+
+fn binary(op: BinaryOp, x: &str, y: &str) -> String {
+    match op {
+        BinaryOp::Add => format!("({x} + {y})"),
+        BinaryOp::Sub => format!("({x} - {y})"),
+        BinaryOp::Mul => format!("({x} * {y})"),
+        BinaryOp::Div => format!("({x} / {y})"),
+        BinaryOp::Pow => format!("powf({x}, {y})"),
+        BinaryOp::Maximum => format!("kiln_max({x}, {y})"),
+        BinaryOp::Minimum => format!("kiln_min({x}, {y})"),
+        BinaryOp::Eq => format!("({x} == {y})"),
+        BinaryOp::Ne => format!("({x} != {y})"),
+        BinaryOp::Lt => format!("({x} < {y})"),
+        BinaryOp::Le => format!("({x} <= {y})"),
+        BinaryOp::Gt => format!("({x} > {y})"),
+        BinaryOp::Ge => format!("({x} >= {y})"),
+    }
+}
+
+/// Device helpers every kernel may use: NaN-propagating max/min, the gelu forms, and
+/// block-wide reductions (warp shuffles, then one value per warp through `red`; every
+/// thread of the block must call them, and all get the result).
+const HELPERS: &str = r#"
+__device__ __forceinline__ float kiln_max(float x, float y) {
+    return (isnan(x) || isnan(y)) ? NAN : (x > y ? x : y);
+}
+__device__ __forceinline__ float kiln_min(float x, float y) {
+    return (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y);
+}
+__device__ __forceinline__ float kiln_gelu(float x) {
+    return x * normcdff(x);
+}
+__device__ __forceinline__ float kiln_gelu_tanh(float x) {
+    // 0.5·x·(1 + tanh u) = x / (1 + e^(-2u)), u = sqrt(2/π)·(x + 0.044715·x³)
+    float u2 = x * (0x1.988454p+0f + 0x1.2444f2p-4f * x * x);
+    return x / (1.0f + expf(-u2));
+}
+__device__ __forceinline__ double kiln_block_sum(double v, double* red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? red[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (lane == 0) red[0] = v;
+    }
+    __syncthreads();
+    return red[0];
+}
+__device__ __forceinline__ float kiln_block_max(float v, double* red) {
+    for (int o = 16; o > 0; o >>= 1) v = kiln_max(v, __shfl_down_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = (double)v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? (float)red[lane] : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1) v = kiln_max(v, __shfl_down_sync(0xffffffffu, v, o));
+        if (lane == 0) red[0] = (double)v;
+    }
+    __syncthreads();
+    return (float)red[0];
+}
+__device__ __forceinline__ float kiln_block_min(float v, double* red) {
+    for (int o = 16; o > 0; o >>= 1) v = kiln_min(v, __shfl_down_sync(0xffffffffu, v, o));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0) red[warp] = (double)v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? (float)red[lane] : INFINITY;
+        for (int o = 16; o > 0; o >>= 1) v = kiln_min(v, __shfl_down_sync(0xffffffffu, v, o));
+        if (lane == 0) red[0] = (double)v;
+    }
+    __syncthreads();
+    return (float)red[0];
+}
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_floats_are_exact() {
+        assert_eq!(hex_float(1.5), "(0x1.800000p+0f)");
+        assert_eq!(hex_float(-0.25), "(-0x1.000000p-2f)");
+        assert_eq!(hex_float(f32::MIN_POSITIVE / 2.0), "(0x0.800000p-126f)");
+        assert_eq!(float_lit(f64::NEG_INFINITY), "(-INFINITY)");
+        assert_eq!(c_ident("k0 row.x"), "k0_row_x");
+    }
+}
