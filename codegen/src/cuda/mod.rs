@@ -23,6 +23,7 @@
 
 pub mod dump;
 pub mod emulate;
+pub mod nvrtc;
 pub mod source;
 
 pub use source::{cuda_kernel, CudaKernel, CudaUnsupported, BLOCK_THREADS};

@@ -1,0 +1,221 @@
+//! Generated CUDA C to PTX with NVRTC, through cudarc with dynamic loading (CUDA is never
+//! linked), and PTX to SASS with `ptxas` for register and spill counts.
+//!
+//! Finding NVRTC: `KILN_NVRTC` (the library file, or the directory holding
+//! `libnvrtc.so.12`) is opened by absolute path first and kept loaded, so cudarc's lookup
+//! by name finds it; otherwise cudarc searches the usual names on `LD_LIBRARY_PATH`. NVRTC
+//! comes from PyPI (`pip install nvidia-cuda-nvrtc-cu12==12.9.86`, whose version matches
+//! cudarc's `cuda-12090` feature; `scripts/fetch-cuda-tools.sh` downloads it). cudarc
+//! panics when the library is missing, so its presence is checked before any call.
+//!
+//! `ptxas` comes from `nvidia-cuda-nvcc-cu12` (same version): `KILN_PTXAS`, else `ptxas` on
+//! the `PATH`.
+
+use super::CudaKernel;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Definitions NVRTC does not have built in and the generated source uses (the emulation
+/// shim gets them from `<cmath>`).
+const PRELUDE: &str =
+    "#define INFINITY __int_as_float(0x7f800000)\n#define NAN __int_as_float(0x7fffffff)\n";
+
+/// The PyPI package and version kiln's NVRTC and ptxas come from.
+pub const WHEEL_VERSION: &str = "12.9.86";
+
+/// A failure to compile or assemble a kernel.
+#[derive(Debug, thiserror::Error)]
+pub enum NvrtcError {
+    /// NVRTC (or ptxas) is not installed where kiln looks.
+    #[error("{0}")]
+    Missing(String),
+    /// NVRTC rejected the source.
+    #[error("NVRTC failed to compile kernel {kernel}:\n{log}\n--- source ---\n{code}")]
+    Compile {
+        /// the kernel's name
+        kernel: String,
+        /// NVRTC's log
+        log: String,
+        /// the source given to NVRTC
+        code: String,
+    },
+    /// ptxas rejected the PTX.
+    #[error("ptxas failed on kernel {kernel}: {log}")]
+    Assemble {
+        /// the kernel's name
+        kernel: String,
+        /// ptxas's output
+        log: String,
+    },
+}
+
+/// Loads NVRTC (see the module doc) once; the error says how to install it.
+pub fn load_nvrtc() -> Result<(), NvrtcError> {
+    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            if let Some(p) = std::env::var_os("KILN_NVRTC") {
+                let mut path = PathBuf::from(p);
+                if path.is_dir() {
+                    path = path.join("libnvrtc.so.12");
+                }
+                // SAFETY: loading NVRTC runs its initialisers, which have no preconditions;
+                // the library stays loaded for the rest of the process (leaked on purpose).
+                match unsafe { libloading::Library::new(&path) } {
+                    Ok(lib) => std::mem::forget(lib),
+                    Err(e) => {
+                        return Err(format!(
+                            "KILN_NVRTC={} cannot be loaded: {e}",
+                            path.display()
+                        ))
+                    }
+                }
+            }
+            // SAFETY: only tries to open the library by its usual names.
+            if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+                Ok(())
+            } else {
+                Err(format!(
+                    "NVRTC (libnvrtc.so.12) was not found: install it with `pip install \
+                     nvidia-cuda-nvrtc-cu12=={WHEEL_VERSION}` (or run scripts/fetch-cuda-tools.sh) \
+                     and set KILN_NVRTC to its site-packages/nvidia/cuda_nvrtc/lib directory, \
+                     or add that directory to LD_LIBRARY_PATH"
+                ))
+            }
+        })
+        .clone()
+        .map_err(NvrtcError::Missing)
+}
+
+/// The PTX of `kernel` for `arch` (such as `compute_90`), compiled by NVRTC with precise
+/// math (no fast-math: kiln's results must match eager).
+pub fn compile_ptx(kernel: &CudaKernel, arch: &'static str) -> Result<String, NvrtcError> {
+    load_nvrtc()?;
+    let source = format!("{PRELUDE}{}", kernel.source);
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        name: Some(format!("{}.cu", kernel.name)),
+        options: vec!["--std=c++17".to_string()],
+        ..Default::default()
+    };
+    match cudarc::nvrtc::compile_ptx_with_opts(&source, opts) {
+        Ok(ptx) => Ok(ptx.to_src()),
+        Err(e) => {
+            let log = match e {
+                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                    log.to_string_lossy().into_owned()
+                }
+                other => format!("{other:?}"),
+            };
+            Err(NvrtcError::Compile {
+                kernel: kernel.name.clone(),
+                log,
+                code: source,
+            })
+        }
+    }
+}
+
+/// What ptxas reports for one kernel.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SassStats {
+    /// registers per thread
+    pub registers: u32,
+    /// bytes of spill stores and loads
+    pub spill_stores: u32,
+    /// bytes of spill loads
+    pub spill_loads: u32,
+}
+
+/// The ptxas executable: `KILN_PTXAS`, else `ptxas` on the `PATH`.
+fn ptxas() -> PathBuf {
+    std::env::var_os("KILN_PTXAS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("ptxas"))
+}
+
+/// Assembles `ptx` with `ptxas -arch=<sm>` (such as `sm_90`) and returns its register and
+/// spill counts.
+pub fn assemble(kernel: &str, ptx: &str, sm: &str) -> Result<SassStats, NvrtcError> {
+    let dir = std::env::temp_dir().join(format!("kiln-ptxas-{}-{}", std::process::id(), next_id()));
+    std::fs::create_dir_all(&dir).map_err(|e| NvrtcError::Missing(e.to_string()))?;
+    let file = dir.join("kernel.ptx");
+    let result = (|| {
+        std::fs::write(&file, ptx).map_err(|e| NvrtcError::Missing(e.to_string()))?;
+        let out = Command::new(ptxas())
+            .arg(format!("-arch={sm}"))
+            .arg("-v")
+            .arg(&file)
+            .arg("-o")
+            .arg(dir.join("kernel.cubin"))
+            .output()
+            .map_err(|e| {
+                NvrtcError::Missing(format!(
+                    "ptxas cannot be run ({e}): install it with `pip install \
+                     nvidia-cuda-nvcc-cu12=={WHEEL_VERSION}` and set KILN_PTXAS to its \
+                     nvidia/cuda_nvcc/bin/ptxas"
+                ))
+            })?;
+        let log = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(NvrtcError::Assemble {
+                kernel: kernel.to_string(),
+                log,
+            });
+        }
+        Ok(parse_ptxas(&log))
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The counts in ptxas's `-v` output (`Used 24 registers`, `0 bytes spill stores, 0 bytes
+/// spill loads`).
+fn parse_ptxas(log: &str) -> SassStats {
+    let number_before = |line: &str, word: &str| -> Option<u32> {
+        let i = line.find(word)?;
+        line[..i].split_whitespace().last()?.parse().ok()
+    };
+    let mut s = SassStats::default();
+    for line in log.lines() {
+        if let Some(r) = number_before(line, " registers") {
+            s.registers = s.registers.max(r);
+        }
+        if let Some(v) = number_before(line, " bytes spill stores") {
+            s.spill_stores = s.spill_stores.max(v);
+        }
+        if let Some(v) = number_before(line, " bytes spill loads") {
+            s.spill_loads = s.spill_loads.max(v);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptxas_output_is_parsed() {
+        let log = "ptxas info    : Compiling entry function 'kiln_k0' for 'sm_90'\n\
+                   ptxas info    : Function properties for kiln_k0\n    \
+                   8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
+                   ptxas info    : Used 40 registers, 384 bytes cmem[0]";
+        assert_eq!(
+            parse_ptxas(log),
+            SassStats {
+                registers: 40,
+                spill_stores: 4,
+                spill_loads: 12
+            }
+        );
+    }
+}

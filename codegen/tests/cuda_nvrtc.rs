@@ -1,0 +1,75 @@
+//! Every CUDA kernel generated for the op programs and the optimiser's corpus compiles with
+//! NVRTC (`compute_90`, precise math) and assembles with `ptxas -arch=sm_90`; the register
+//! and spill counts are printed (`--nocapture`). Without NVRTC the test prints why and
+//! passes, unless `KILN_REQUIRE_NVRTC` is set (CI sets it after installing the PyPI wheels
+//! with `scripts/fetch-cuda-tools.sh`).
+
+mod common;
+
+use kiln_codegen::cuda::cuda_kernel;
+use kiln_codegen::cuda::nvrtc::{assemble, compile_ptx, load_nvrtc, SassStats};
+use kiln_codegen::loops::lower_kernel;
+use kiln_ir::text::parse_module;
+use kiln_passes::pipeline::{run_passes, PassOptions};
+use kiln_passes::schedule::schedule;
+
+/// Every kernel with a nest in `text`: (label, CUDA kernel).
+fn kernels(file: &str, text: &str) -> Vec<(String, kiln_codegen::cuda::CudaKernel)> {
+    let mut out = Vec::new();
+    for g in parse_module(text).unwrap_or_else(|e| panic!("{file}: {e}")) {
+        let opt = run_passes(&g, &["decompose", "fuse"], &PassOptions::default(), false)
+            .unwrap_or_else(|e| panic!("{file} @{}: {e}", g.name()));
+        let s = schedule(&opt).unwrap_or_else(|e| panic!("{file} @{}: {e}", g.name()));
+        for k in &s.kernels {
+            if let Ok(nest) = lower_kernel(&k.body) {
+                let what = format!("{file} @{} {}", g.name(), k.body.name());
+                let c = cuda_kernel(&nest).unwrap_or_else(|e| panic!("{what}: {e}"));
+                out.push((what, c));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_generated_kernel_compiles_with_nvrtc_and_ptxas() {
+    if let Err(e) = load_nvrtc() {
+        assert!(
+            std::env::var_os("KILN_REQUIRE_NVRTC").is_none(),
+            "KILN_REQUIRE_NVRTC is set but {e}"
+        );
+        eprintln!("skipped: {e}");
+        return;
+    }
+    let mut all = kernels("programs", common::PROGRAMS);
+    for (name, text) in common::corpus() {
+        all.extend(kernels(&name, &text));
+    }
+    let mut worst = SassStats::default();
+    let mut spilling = 0;
+    for (what, k) in &all {
+        let ptx = compile_ptx(k, "compute_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(
+            ptx.contains(&k.name),
+            "{what}: the PTX has no entry {}",
+            k.name
+        );
+        let st = assemble(&k.name, &ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+        eprintln!(
+            "{what}: {} registers, {} B spill stores, {} B spill loads",
+            st.registers, st.spill_stores, st.spill_loads
+        );
+        worst.registers = worst.registers.max(st.registers);
+        worst.spill_stores = worst.spill_stores.max(st.spill_stores);
+        worst.spill_loads = worst.spill_loads.max(st.spill_loads);
+        spilling += usize::from(st.spill_stores + st.spill_loads > 0);
+    }
+    eprintln!(
+        "NVRTC + ptxas compiled {} kernels: at most {} registers, {spilling} spill (worst {} B stores, {} B loads)",
+        all.len(),
+        worst.registers,
+        worst.spill_stores,
+        worst.spill_loads
+    );
+    assert!(all.len() >= 100, "only {} kernels", all.len());
+}
