@@ -7,7 +7,9 @@
 mod common;
 
 use kiln_codegen::cuda::cuda_kernel;
-use kiln_codegen::cuda::nvrtc::{assemble, compile_ptx, load_nvrtc, SassStats};
+use kiln_codegen::cuda::nvrtc::{
+    assemble, compile_ptx, compile_ptx_cached_in, load_nvrtc, SassStats,
+};
 use kiln_codegen::loops::lower_kernel;
 use kiln_ir::text::parse_module;
 use kiln_passes::pipeline::{run_passes, PassOptions};
@@ -72,4 +74,36 @@ fn every_generated_kernel_compiles_with_nvrtc_and_ptxas() {
         worst.spill_loads
     );
     assert!(all.len() >= 100, "only {} kernels", all.len());
+}
+
+#[test]
+fn the_ptx_cache_reuses_entries_and_recompiles_corrupt_ones() {
+    if let Err(e) = load_nvrtc() {
+        assert!(
+            std::env::var_os("KILN_REQUIRE_NVRTC").is_none(),
+            "KILN_REQUIRE_NVRTC is set but {e}"
+        );
+        eprintln!("skipped: {e}");
+        return;
+    }
+    let (_, k) = kernels("programs", common::PROGRAMS)
+        .into_iter()
+        .next()
+        .expect("a kernel");
+    let dir = std::env::temp_dir().join(format!("kiln-ptx-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (fresh, hit) = compile_ptx_cached_in(&k, "compute_90", &dir).expect("compiles");
+    assert!(!hit);
+    let (again, hit) = compile_ptx_cached_in(&k, "compute_90", &dir).expect("cached");
+    assert!(hit);
+    assert_eq!(fresh, again);
+    // corrupt every entry: it must be recompiled, not trusted
+    for e in std::fs::read_dir(&dir).expect("the cache exists") {
+        let p = e.expect("entry").path();
+        std::fs::write(&p, "// kiln ptx cache v1\n.version 8.0 garbage").expect("writable");
+    }
+    let (rebuilt, hit) = compile_ptx_cached_in(&k, "compute_90", &dir).expect("recompiles");
+    assert!(!hit);
+    assert_eq!(rebuilt, fresh);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -190,6 +190,22 @@ fn dump_stage_cuda_shows_cuda_c_and_names_the_kernels_without_it() {
     );
     assert!(ok, "{err}");
     assert!(out.contains("no CUDA C ("), "{out}");
+    // PTX needs NVRTC: its PTX where it is installed (CI), else an error that says how
+    let (ok, out, err) = kiln(
+        &[
+            "dump", "--model", "softmax", "--stage", "ptx", "--shape", "5x17",
+        ],
+        None,
+    );
+    if ok {
+        assert!(out.contains(".entry kiln_k0_row"), "{out}");
+    } else {
+        assert!(
+            std::env::var_os("KILN_REQUIRE_NVRTC").is_none(),
+            "NVRTC is required: {err}"
+        );
+        assert!(err.contains("pip install nvidia-cuda-nvrtc-cu12"), "{err}");
+    }
 }
 
 #[test]

@@ -1,9 +1,34 @@
-//! The text of `kiln dump --stage cuda`: each kernel group's CUDA C, or why it has none.
+//! The text of `kiln dump --stage cuda` (each kernel group's CUDA C, or why it has none) and
+//! `--stage ptx` (its PTX from NVRTC).
 
+use super::nvrtc::{compile_ptx_cached, NvrtcError};
 use super::source::cuda_kernel;
 use crate::loops::lower_kernel;
 use kiln_passes::schedule::Schedule;
 use std::fmt::Write;
+
+/// The PTX (NVRTC, `compute_90`, through the disk cache) of every kernel of `s` that has
+/// CUDA C, with a comment for the others; an error when NVRTC is missing or rejects a
+/// kernel.
+pub fn describe_ptx(s: &Schedule) -> Result<String, NvrtcError> {
+    let mut out = String::new();
+    for k in &s.kernels {
+        let name = k.body.name();
+        let kernel = lower_kernel(&k.body)
+            .map_err(|e| e.reason)
+            .and_then(|n| cuda_kernel(&n).map_err(|e| e.reason));
+        match kernel {
+            Ok(c) => {
+                let (ptx, _) = compile_ptx_cached(&c, "compute_90")?;
+                let _ = writeln!(out, "// kernel {name}: {}\n{ptx}", c.name);
+            }
+            Err(reason) => {
+                let _ = writeln!(out, "// kernel {name}: no CUDA C ({reason})\n");
+            }
+        }
+    }
+    Ok(out)
+}
 
 /// The CUDA C of every kernel of `s` that lowers to a loop nest, in schedule order; the
 /// other kernels (matmuls, which go to cuBLAS, and groups loop nests do not cover) get a

@@ -117,6 +117,78 @@ pub fn compile_ptx(kernel: &CudaKernel, arch: &'static str) -> Result<String, Nv
     }
 }
 
+/// NVRTC's version, `(major, minor)`.
+pub fn nvrtc_version() -> Result<(i32, i32), NvrtcError> {
+    load_nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loaded (checked above); the pointers are to live locals.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if r != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(NvrtcError::Missing(format!("nvrtcVersion failed: {r:?}")));
+    }
+    Ok((major, minor))
+}
+
+/// The directory compiled PTX is cached in: `KILN_CACHE_DIR/ptx`, else
+/// `~/.cache/kiln/ptx`, else the temporary directory's `kiln-ptx`.
+pub fn ptx_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("KILN_CACHE_DIR") {
+        return PathBuf::from(d).join("ptx");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache/kiln/ptx"),
+        None => std::env::temp_dir().join("kiln-ptx"),
+    }
+}
+
+/// First line of every cache entry; the rest is the PTX. An entry whose header or entry
+/// point does not match is treated as corrupt and recompiled.
+const CACHE_MAGIC: &str = "// kiln ptx cache v1";
+
+/// [`compile_ptx`] through an on-disk cache keyed by a hash of the source, the target and
+/// NVRTC's version. A missing, unreadable or corrupt entry is recompiled (and rewritten),
+/// never trusted. Returns the PTX and whether it came from the cache.
+pub fn compile_ptx_cached(
+    kernel: &CudaKernel,
+    arch: &'static str,
+) -> Result<(String, bool), NvrtcError> {
+    compile_ptx_cached_in(kernel, arch, &ptx_cache_dir())
+}
+
+/// [`compile_ptx_cached`] with the cache in `dir`.
+pub fn compile_ptx_cached_in(
+    kernel: &CudaKernel,
+    arch: &'static str,
+    dir: &std::path::Path,
+) -> Result<(String, bool), NvrtcError> {
+    use std::hash::{Hash, Hasher};
+    let version = nvrtc_version()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (PRELUDE, &kernel.source, arch, version, "--std=c++17").hash(&mut h);
+    let file = dir.join(format!("{}-{:016x}.ptx", kernel.name, h.finish()));
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        if let Some(ptx) = text
+            .strip_prefix(CACHE_MAGIC)
+            .and_then(|t| t.strip_prefix('\n'))
+        {
+            if ptx.contains(&format!(".entry {}", kernel.name)) {
+                return Ok((ptx.to_string(), true));
+            }
+        }
+    }
+    let ptx = compile_ptx(kernel, arch)?;
+    // a failed write only costs a recompile next time; write then rename, so a reader
+    // never sees half an entry
+    if std::fs::create_dir_all(dir).is_ok() {
+        let tmp = dir.join(format!(".{}-{}.tmp", std::process::id(), next_id()));
+        if std::fs::write(&tmp, format!("{CACHE_MAGIC}\n{ptx}")).is_ok() {
+            let _ = std::fs::rename(&tmp, &file);
+        }
+        let _ = std::fs::remove_file(&tmp);
+    }
+    Ok((ptx, false))
+}
+
 /// What ptxas reports for one kernel.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SassStats {

@@ -15,7 +15,7 @@ pub fn dump(file: &Path, stage: Stage) -> Result<(), CliError> {
 fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
     use kiln_passes::pipeline::{run_passes, stage_passes, PassOptions};
     let pipeline = match stage {
-        Stage::Loops | Stage::Clif | Stage::Cuda => "scheduled",
+        Stage::Loops | Stage::Clif | Stage::Cuda | Stage::Ptx => "scheduled",
         s => s.name(),
     };
     let passes = stage_passes(pipeline).ok_or("unknown stage")?;
@@ -27,6 +27,12 @@ fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
     if stage == Stage::Scheduled {
         for g in &out {
             print!("{}", kiln_passes::schedule::schedule(g)?);
+        }
+    } else if stage == Stage::Ptx {
+        for g in &out {
+            let s = kiln_passes::schedule::schedule(g)?;
+            let text = kiln_codegen::cuda::dump::describe_ptx(&s).map_err(|e| e.to_string())?;
+            print!("{text}");
         }
     } else if stage == Stage::Cuda {
         for g in &out {

@@ -102,6 +102,8 @@ pub enum Stage {
     Clif,
     /// the CUDA C of each kernel group with a loop nest
     Cuda,
+    /// the PTX NVRTC makes of that CUDA C (needs NVRTC: see scripts/fetch-cuda-tools.sh)
+    Ptx,
 }
 
 impl Stage {
@@ -115,6 +117,7 @@ impl Stage {
             Stage::Loops => "loops",
             Stage::Clif => "clif",
             Stage::Cuda => "cuda",
+            Stage::Ptx => "ptx",
         }
     }
 }
