@@ -39,6 +39,12 @@ inline dim3 blockDim;
 inline dim3 gridDim;
 constexpr int warpSize = 32;
 
+// CUDA's 16-byte vector type (loads and stores of four floats).
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
 // ---- synchronisation ----------------------------------------------------------------------
 
 namespace kiln_emu {

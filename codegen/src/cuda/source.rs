@@ -2,7 +2,9 @@
 //!
 //! A nest without reductions becomes a grid-stride loop over all its elements: each thread
 //! recovers the multi-index of an element from its linear index and evaluates the body
-//! there (row values included; they are cheap). A nest with reductions runs one block per
+//! there (row values included; they are cheap). Where the buffers allow (checked in the
+//! kernel: inner size a multiple of 4, buffers aligned and contiguous or constant along it) threads take four elements per step with 16-byte
+//! `float4` accesses. A nest with reductions runs one block per
 //! row (grid-stride over rows): the row's values are computed by every thread, each inner
 //! loop strides the threads over the inner dim, and each reduction is combined across the
 //! block with warp shuffles and a shared buffer of one value per warp. Sums accumulate in
@@ -124,6 +126,13 @@ fn hex_float(f: f32) -> String {
     format!("({sign}0x{lead}.{:06x}p{e:+}f)", mant << 1)
 }
 
+/// One step of a pointwise body: a statement or a store.
+#[derive(Clone, Copy)]
+enum Item {
+    Stmt(ValueId),
+    Store(usize),
+}
+
 struct Gen<'a> {
     nest: &'a LoopNest,
     nd: usize,
@@ -181,7 +190,15 @@ impl Gen<'_> {
 
     /// The C expression of statement `v` (not a reduction).
     fn expr(&self, v: ValueId) -> String {
-        let x = |i: &ValueId| format!("v{i}");
+        self.expr_lane(v, None)
+    }
+
+    /// [`Gen::expr`] with operands of lane `lane` (`v7_2`) in the 16-byte path.
+    fn expr_lane(&self, v: ValueId, lane: Option<usize>) -> String {
+        let x = |i: &ValueId| match lane {
+            Some(l) => format!("v{i}_{l}"),
+            None => format!("v{i}"),
+        };
         match &self.nest.body[v].expr {
             Expr::Load(b) => {
                 let off = self.offset(*b);
@@ -245,24 +262,117 @@ impl Gen<'_> {
             .collect::<Vec<_>>()
             .join(" * ");
         self.line(1, &format!("const long long total = {total};"));
+        let vec4 = self.nest.buffers.iter().all(|b| b.dtype == DType::F32);
+        if vec4 {
+            self.vec4_loop();
+        }
         self.line(
             1,
             "for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (long long)gridDim.x * blockDim.x) {",
         );
         self.unflatten(2, "e", 0..nd);
-        let phases = self.nest.phases.clone();
-        for p in &phases {
-            match p {
-                Phase::Row(vs) => vs.iter().for_each(|&v| self.stmt(2, v)),
-                Phase::Inner { point, stores, .. } => {
-                    point.iter().for_each(|&v| self.stmt(2, v));
-                    stores.iter().for_each(|&s| self.store(2, s));
-                }
-                Phase::RowStores(ss) => ss.iter().for_each(|&s| self.store(2, s)),
+        let order = self.statement_order();
+        for item in &order {
+            match *item {
+                Item::Stmt(v) => self.stmt(2, v),
+                Item::Store(s) => self.store(2, s),
             }
         }
         self.line(1, "}");
         self.line(0, "}");
+    }
+
+    /// The pointwise body in evaluation order.
+    fn statement_order(&self) -> Vec<Item> {
+        let mut order = Vec::new();
+        for p in &self.nest.phases {
+            match p {
+                Phase::Row(vs) => order.extend(vs.iter().map(|&v| Item::Stmt(v))),
+                Phase::Inner { point, stores, .. } => {
+                    order.extend(point.iter().map(|&v| Item::Stmt(v)));
+                    order.extend(stores.iter().map(|&s| Item::Store(s)));
+                }
+                Phase::RowStores(ss) => order.extend(ss.iter().map(|&s| Item::Store(s))),
+            }
+        }
+        order
+    }
+
+    /// The 16-byte path of a pointwise kernel over f32 buffers: when the inner size is a
+    /// multiple of 4 and every buffer is either contiguous along the inner dim (16-byte
+    /// aligned, outer strides multiples of 4) or constant along it, each thread takes four
+    /// consecutive elements per step: `float4` loads and stores (a broadcast buffer is one
+    /// load for the four), the body once per lane. The kernel then returns; otherwise the
+    /// element loop below runs.
+    fn vec4_loop(&mut self) {
+        let nd = self.nd;
+        let inner = nd - 1;
+        self.line(1, &format!("bool vec4 = a.size[{inner}] % 4 == 0;"));
+        for b in 0..self.nest.buffers.len() {
+            let outer: String = (0..inner)
+                .map(|d| format!(" && a.stride[{b}][{d}] % 4 == 0"))
+                .collect();
+            self.line(
+                1,
+                &format!(
+                    "vec4 = vec4 && (a.stride[{b}][{inner}] == 0 || (a.stride[{b}][{inner}] == 1 && ((unsigned long long)a.ptr[{b}] & 15) == 0{outer}));"
+                ),
+            );
+        }
+        self.line(1, "if (vec4) {");
+        self.line(
+            2,
+            "for (long long e4 = (long long)blockIdx.x * blockDim.x + threadIdx.x; e4 < total / 4; e4 += (long long)gridDim.x * blockDim.x) {",
+        );
+        self.unflatten(3, "e4 * 4", 0..nd);
+        let order = self.statement_order();
+        for item in &order {
+            match *item {
+                Item::Stmt(v) => {
+                    if let Expr::Load(b) = self.nest.body[v].expr {
+                        let off = self.offset(b);
+                        self.line(3, &format!("float v{v}_0, v{v}_1, v{v}_2, v{v}_3;"));
+                        self.line(3, &format!("if (a.stride[{b}][{inner}] == 1) {{"));
+                        self.line(
+                            4,
+                            &format!("const float4 t = *(const float4*)((const float*)a.ptr[{b}] + ({off}));"),
+                        );
+                        self.line(
+                            4,
+                            &format!("v{v}_0 = t.x; v{v}_1 = t.y; v{v}_2 = t.z; v{v}_3 = t.w;"),
+                        );
+                        self.line(3, "} else {");
+                        self.line(
+                            4,
+                            &format!("v{v}_0 = v{v}_1 = v{v}_2 = v{v}_3 = ((const float*)a.ptr[{b}])[{off}];"),
+                        );
+                        self.line(3, "}");
+                    } else {
+                        for l in 0..4 {
+                            let e = self.expr_lane(v, Some(l));
+                            let line = format!("{} v{v}_{l} = {e};", self.var_ty(v));
+                            self.line(3, &line);
+                        }
+                    }
+                }
+                Item::Store(s) => {
+                    let st = self.nest.stores[s];
+                    let (b, v) = (st.buffer, st.value);
+                    let off = self.offset(b);
+                    self.line(3, &format!("if (a.stride[{b}][{inner}] == 1) {{"));
+                    self.line(
+                        4,
+                        &format!("*(float4*)((float*)a.ptr[{b}] + ({off})) = make_float4(v{v}_0, v{v}_1, v{v}_2, v{v}_3);"),
+                    );
+                    self.line(3, "} else {");
+                    self.line(4, &format!("((float*)a.ptr[{b}])[{off}] = v{v}_3;"));
+                    self.line(3, "}");
+                }
+            }
+        }
+        self.line(2, "}");
+        self.line(2, "return;");
+        self.line(1, "}");
     }
 
     fn per_row_kernel(&mut self, name: &str) {

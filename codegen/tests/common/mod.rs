@@ -87,6 +87,12 @@ graph @fused_chain(%x: f32[1000]) -> f32[1000] {
   %4 = mul %2, %3 : f32[1000]
   return %4
 }
+graph @vec4_broadcast(%x: f32[6,8], %y: f32[8], %s: f32[6,1]) -> f32[6,8] {
+  %0 = mul %x, %y : f32[6,8]
+  %1 = add %0, %s : f32[6,8]
+  %2 = tanh %1 : f32[6,8]
+  return %2
+}
 graph @size_one(%x: f32[1]) -> f32[1] {
   %0 = exp %x : f32[1]
   return %0
