@@ -251,12 +251,17 @@ impl Gen<'_> {
         self.line(indent, "(void)rem;");
     }
 
+    /// The kernel's signature line (opens its body).
+    fn kernel_header(&mut self, name: &str) {
+        let line = format!(
+            "extern \"C\" __global__ void __launch_bounds__({BLOCK_THREADS}) {name}({name}_args a) {{"
+        );
+        self.line(0, &line);
+    }
+
     fn pointwise_kernel(&mut self, name: &str) {
         let nd = self.nd;
-        self.line(
-            0,
-            &format!("extern \"C\" __global__ void __launch_bounds__({BLOCK_THREADS}) {name}({name}_args a) {{"),
-        );
+        self.kernel_header(name);
         let total = (0..nd)
             .map(|d| format!("a.size[{d}]"))
             .collect::<Vec<_>>()
@@ -378,10 +383,7 @@ impl Gen<'_> {
     fn per_row_kernel(&mut self, name: &str) {
         let nd = self.nd;
         let inner = nd - 1;
-        self.line(
-            0,
-            &format!("extern \"C\" __global__ void __launch_bounds__({BLOCK_THREADS}) {name}({name}_args a) {{"),
-        );
+        self.kernel_header(name);
         self.line(1, "__shared__ double kiln_red[32];");
         let rows = if inner == 0 {
             "1".to_string()
