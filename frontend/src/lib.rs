@@ -20,6 +20,7 @@ mod error;
 pub mod graph_exec;
 pub mod io;
 pub mod models;
+pub mod nn;
 mod operand;
 mod operators;
 mod ops_inplace;

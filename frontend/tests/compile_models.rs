@@ -12,6 +12,7 @@ fn small(name: &str) -> Vec<usize> {
         "reduce" => vec![9, 13],
         "mlp" => vec![3, 16],
         "block" => vec![2, 5, 16],
+        "minilm" => vec![2, 7],
         other => panic!("no small shape for {other}"),
     }
 }

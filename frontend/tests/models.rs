@@ -321,27 +321,29 @@ fn tiny_matches_reference() {
 
 #[test]
 fn build_knows_every_name_with_the_workloads_default_shapes() {
-    let defaults: [(&str, Vec<usize>, Vec<usize>); 7] = [
-        ("pointwise", vec![16 << 20], vec![16 << 20]),
-        ("layernorm", vec![8192, 1024], vec![8192, 1024]),
-        ("softmax", vec![8192, 1024], vec![8192, 1024]),
-        ("reduce", vec![4096, 4096], vec![4096]),
-        ("mlp", vec![256, 1024], vec![256, 1024]),
-        ("block", vec![4, 256, 512], vec![4, 256, 512]),
-        ("tiny", vec![1024], vec![1024]),
+    let defaults: [(&str, Vec<Vec<usize>>, Vec<usize>); 8] = [
+        ("pointwise", vec![vec![16 << 20]], vec![16 << 20]),
+        ("layernorm", vec![vec![8192, 1024]], vec![8192, 1024]),
+        ("softmax", vec![vec![8192, 1024]], vec![8192, 1024]),
+        ("reduce", vec![vec![4096, 4096]], vec![4096]),
+        ("mlp", vec![vec![256, 1024]], vec![256, 1024]),
+        ("block", vec![vec![4, 256, 512]], vec![4, 256, 512]),
+        ("tiny", vec![vec![1024]], vec![1024]),
+        // token ids, attention mask, positions
+        ("minilm", vec![vec![8, 128]; 3], vec![8, 384]),
     ];
     assert_eq!(
         NAMES,
         defaults.iter().map(|(n, _, _)| *n).collect::<Vec<_>>()
     );
-    for (name, input, output) in defaults {
+    for (name, inputs, output) in defaults {
         let m = models::build(name, None).unwrap();
         assert_eq!(m.name(), name);
-        assert_eq!(m.input_shapes(), vec![input], "{name}");
+        assert_eq!(m.input_shapes(), inputs, "{name}");
         assert_eq!(m.output_shapes(), vec![output], "{name}");
         assert_eq!(
             m.flops().is_some(),
-            name == "mlp" || name == "block",
+            matches!(name, "mlp" | "block" | "minilm"),
             "{name}"
         );
         assert!(m.bytes() > 0.0);

@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod dump;
+mod embed;
 mod inputs;
 mod run;
 
@@ -34,7 +35,7 @@ enum Command {
         /// the IR file (or use --model)
         #[arg(required_unless_present = "model")]
         file: Option<PathBuf>,
-        /// a model of the zoo: pointwise, layernorm, softmax, reduce, mlp, block, tiny
+        /// a model of the zoo: pointwise, layernorm, softmax, reduce, mlp, block, tiny, minilm
         #[arg(long, conflicts_with = "file")]
         model: Option<String>,
         /// the pipeline stage to print
@@ -83,6 +84,19 @@ enum Command {
     /// Time the workloads eager and compiled against this machine's measured limits
     /// (triad bandwidth, GEMM peak); `--json FILE` keeps every figure.
     Bench(bench::BenchArgs),
+    /// Sentence embeddings with all-MiniLM-L6-v2 from its published files (set `KILN_MINILM`
+    /// with `eval "$(bash scripts/fetch-minilm.sh)"`): first values and cosine similarities.
+    Embed {
+        /// the sentences
+        #[arg(required = true)]
+        texts: Vec<String>,
+        /// run the model compiled (cpu backend) instead of eagerly
+        #[arg(long)]
+        compile: bool,
+        /// write the full embeddings and token ids to this JSON file
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
 }
 
 /// A stage of the pipeline that `kiln dump` can print.
@@ -186,6 +200,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Demo => demo::demo(),
         Command::Opt { file, passes } => dump::opt(&file, &passes),
         Command::Bench(args) => Ok(bench::bench(&args)?),
+        Command::Embed {
+            texts,
+            compile,
+            json,
+        } => embed::embed(&texts, compile, json.as_deref()),
     }
 }
 

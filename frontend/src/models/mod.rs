@@ -15,6 +15,7 @@
 
 mod block;
 mod layernorm;
+mod minilm;
 mod mlp;
 mod pointwise;
 mod reduce;
@@ -23,6 +24,7 @@ mod tiny;
 
 pub use block::Block;
 pub use layernorm::LayerNorm;
+pub use minilm::MiniLm;
 pub use mlp::Mlp;
 pub use pointwise::Pointwise;
 pub use reduce::Reduce;
@@ -74,11 +76,12 @@ pub const NAMES: &[&str] = &[
     "mlp",
     "block",
     "tiny",
+    "minilm",
 ];
 
 /// Builds a model. `shape` overrides the workload's default input shape (the first input's
 /// shape: `[n]` for pointwise/tiny, `[rows, cols]` for layernorm/softmax/reduce, `[B, D]` for
-/// mlp, `[batch, seq, d_model]` for block). Weights are derived from it (see each model's
+/// mlp, `[batch, seq, d_model]` for block, `[batch, seq]` for minilm). Weights are derived from it (see each model's
 /// type) with [`Tensor::randn`] scaled by `1/sqrt(fan_in)` and fixed seeds. An unknown name,
 /// or a shape of the wrong rank or with a zero dim, is an [`Error::Invalid`] listing
 /// [`NAMES`].
@@ -90,6 +93,7 @@ pub fn build(name: &str, shape: Option<&[usize]>) -> crate::Result<Box<dyn Model
         "mlp" => &[256, 1024],
         "block" => &[4, 256, 512],
         "tiny" => &[1024],
+        "minilm" => &[8, 128],
         _ => {
             return Err(bad(
                 &[],
@@ -127,6 +131,7 @@ pub fn build(name: &str, shape: Option<&[usize]>) -> crate::Result<Box<dyn Model
             Box::new(Block::new(shape[0], shape[1], shape[2], heads)?)
         }
         "tiny" => Box::new(Tiny::new(shape[0])),
+        "minilm" => Box::new(MiniLm::new(shape[0], shape[1])?),
         _ => unreachable!("every name with a default is built"),
     })
 }

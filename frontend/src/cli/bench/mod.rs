@@ -155,6 +155,7 @@ pub fn quick_shape(name: &str) -> Option<&'static [usize]> {
         "mlp" => &[32, 256],
         "block" => &[1, 32, 64],
         "tiny" => &[1024],
+        "minilm" => &[2, 16],
         _ => return None,
     })
 }
@@ -521,10 +522,10 @@ mod tests {
 
     #[test]
     fn unknown_names_and_missing_backends_are_errors() {
-        let e = select(&["softmax".into(), "minilm".into()]).unwrap_err();
+        let e = select(&["softmax".into(), "resnet".into()]).unwrap_err();
         let msg = e.to_string();
         assert!(
-            msg.contains("minilm") && msg.contains("pointwise, layernorm"),
+            msg.contains("resnet") && msg.contains("pointwise, layernorm"),
             "{msg}"
         );
         let e = BenchBackend::Cuda.resolve().unwrap_err().to_string();
