@@ -192,7 +192,9 @@ impl Tensor {
         Tensor::apply(&Op::Cat { dim }, &args)
     }
 
-    /// Rows (along `dim`) picked by a 1-d integer `indices` tensor: an embedding lookup.
+    /// Rows (along `dim`) picked by an integer `indices` tensor; dim `dim` of the result is
+    /// replaced by the indices' dims (1-d: `torch.index_select`; `[B, S]` ids into a
+    /// `[vocab, D]` table along dim 0: the embedding lookup, `[B, S, D]`).
     #[track_caller]
     pub fn index_select(&self, dim: i64, indices: &Tensor) -> Result<Tensor> {
         Tensor::apply(

@@ -7,7 +7,7 @@
 //! `KILN_REQUIRE_MINILM` is set (CI sets it), which makes their absence a failure.
 
 use kiln::nn::MiniLm;
-use kiln::{Backend, CompileOptions, Tensor};
+use kiln::{compile, Backend, CompileOptions, Tensor};
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -224,4 +224,20 @@ fn padded_batches_of_other_lengths_reuse_one_compiled_entry() {
     let stats = f.stats();
     assert_eq!(stats.compiles, 1, "one entry for every length: {stats:?}");
     assert_eq!(stats.recompiles, 0, "{stats:?}");
+}
+
+#[test]
+fn automatic_dynamic_shapes_recompile_once_for_a_new_length() {
+    // without marking the sequence dim: the second length recompiles with a symbol (as
+    // torch.compile's automatic dynamic shapes do), the third reuses that entry
+    let Some((m, r)) = setup() else { return };
+    let f = compile(|a: &[Tensor; 3]| m.forward(&a[0], &a[1], &a[2]));
+    let all = texts(r);
+    for g in [&all[0..2], &all[2..4], &all[4..6]] {
+        let b = m.tokenize(g).expect("tokenizes");
+        let args = [b.input_ids, b.attention_mask, b.position_ids];
+        f.call(&args).expect("compiled");
+    }
+    let s = f.stats();
+    assert_eq!((s.compiles, s.recompiles, s.entries), (2, 1, 2), "{s:?}");
 }

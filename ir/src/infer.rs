@@ -478,11 +478,20 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
             c.arity(2, 2)?;
             let (x, idx) = (c.tensor(0)?, c.tensor(1)?);
             let d = c.dim(*dim, x.shape.rank())?;
-            if !idx.dtype.is_int() || idx.shape.rank() != 1 {
-                return Err(c.err(format!("indices must be a 1-d integer tensor, got {idx}")));
+            if !idx.dtype.is_int() || idx.shape.rank() == 0 {
+                return Err(c.err(format!(
+                    "indices must be an integer tensor of rank >= 1, got {idx}"
+                )));
             }
-            let mut shape = x.shape.clone();
-            shape.0[d] = idx.shape.dims()[0].clone();
+            // dim `d` is replaced by the indices' dims (1-d: torch's index_select; n-d: the
+            // embedding lookup `x[idx]` along `d`)
+            let dims = x.shape.dims();
+            let shape: Shape = dims[..d]
+                .iter()
+                .chain(idx.shape.dims())
+                .chain(&dims[d + 1..])
+                .cloned()
+                .collect();
             Ok(tt(x.dtype, shape))
         }
         Op::Cast { dtype } => {

@@ -455,7 +455,8 @@ pub enum Op {
         /// joined dim
         dim: i64,
     },
-    /// `x.index_select(dim, indices)` (embedding lookup with dim 0).
+    /// `x.index_select(dim, indices)`: dim `dim` replaced by the indices' dims (1-d indices:
+    /// torch's `index_select`; n-d: the embedding lookup `x[indices]` along `dim`).
     IndexSelect {
         /// indexed dim
         dim: i64,

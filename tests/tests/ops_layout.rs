@@ -122,6 +122,26 @@ fn index_select_is_an_embedding_lookup() {
             &[TestArg::T(table.clone()), TestArg::T(idx2)],
         );
     }
+    // n-d indices: the dim is replaced by the indices' dims ([B, S] ids -> [B, S, D] rows),
+    // contiguous and transposed index tensors
+    let ids = Tensor::from_f64(&[3.0, 0.0, 9.0, 3.0, 1.0, 7.0], &[2, 3], DType::I64).unwrap();
+    for idx in [ids.clone(), ids.transpose(0, 1).unwrap()] {
+        assert_op(
+            &Op::IndexSelect { dim: 0 },
+            &[TestArg::T(table.clone()), TestArg::T(idx.clone())],
+        );
+        let cols = (idx.clone() / 3i64).unwrap().cast(DType::I64).unwrap();
+        assert_op(
+            &Op::IndexSelect { dim: -1 },
+            &[TestArg::T(table.clone()), TestArg::T(cols)],
+        );
+    }
+    let ids = ids.reshape(&[1, 2, 3]).unwrap();
+    let x = make(&[3, 10, 2], DType::F32, 12, Dist::Normal, Layout::Strided);
+    assert_op(
+        &Op::IndexSelect { dim: 1 },
+        &[TestArg::T(x), TestArg::T(ids)],
+    );
     let empty = Tensor::from_vec(Vec::<i64>::new(), &[0]).unwrap();
     assert_op(
         &Op::IndexSelect { dim: 0 },

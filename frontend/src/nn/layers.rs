@@ -108,11 +108,8 @@ impl Embedding {
     /// An index past the table is an error (from `index_select`), never a panic.
     #[track_caller]
     pub fn forward(&self, indices: &Tensor) -> Result<Tensor> {
-        let dim = self.weight.shape()[1] as i64;
-        let mut shape: Vec<i64> = indices.shape().iter().map(|&s| s as i64).collect();
-        shape.push(dim);
-        self.weight
-            .index_select(0, &indices.reshape(&[-1])?)?
-            .reshape(&shape)
+        // n-d indices select rows directly (no flattening reshape, so a symbolic sequence
+        // dim stays symbolic under compile)
+        self.weight.index_select(0, indices)
     }
 }
