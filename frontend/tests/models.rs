@@ -321,7 +321,9 @@ fn tiny_matches_reference() {
 
 #[test]
 fn build_knows_every_name_with_the_workloads_default_shapes() {
-    let defaults: [(&str, Vec<Vec<usize>>, Vec<usize>); 8] = [
+    /// (name, input shapes, output shape)
+    type Defaults = (&'static str, Vec<Vec<usize>>, Vec<usize>);
+    let defaults: [Defaults; 8] = [
         ("pointwise", vec![vec![16 << 20]], vec![16 << 20]),
         ("layernorm", vec![vec![8192, 1024]], vec![8192, 1024]),
         ("softmax", vec![vec![8192, 1024]], vec![8192, 1024]),

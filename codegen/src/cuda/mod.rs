@@ -1,6 +1,7 @@
 //! The CUDA backend's code generation: loop nests to CUDA C ([`source`]), and an emulation
 //! harness that compiles the same source with g++ against a small shim header and runs it
-//! on the CPU ([`emulate`]), so generated kernels are tested without a GPU.
+//! on the CPU ([`emulate`]), so generated kernels are tested without a GPU;
+//! [`emulate_check`] runs one kernel group that way and compares it with the interpreter.
 //!
 //! # The generated source
 //!
@@ -23,6 +24,7 @@
 
 pub mod dump;
 pub mod emulate;
+pub mod emulate_check;
 pub mod nvrtc;
 pub mod source;
 

@@ -96,6 +96,10 @@ impl Model for MiniLm {
         vec![vec![self.batch, self.model.bert.config.hidden_size]]
     }
 
+    fn items(&self) -> Option<(usize, &'static str)> {
+        Some((self.batch, "sentences"))
+    }
+
     fn flops(&self) -> Option<f64> {
         let c = &self.model.bert.config;
         let (b, s, d, f) = (

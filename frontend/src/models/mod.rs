@@ -55,6 +55,11 @@ pub trait Model: Send + Sync {
     fn weights(&self) -> Vec<(&'static str, Tensor)> {
         Vec::new()
     }
+    /// Items one forward handles and what they are, for workloads reported per item
+    /// (`minilm`: `(batch, "sentences")`); `None` for the others.
+    fn items(&self) -> Option<(usize, &'static str)> {
+        None
+    }
     /// flops of one forward (matmul 2*m*n*k summed) or None for memory-bound ones
     fn flops(&self) -> Option<f64>;
     /// bytes moved: each input read once + each weight read once + each output written once

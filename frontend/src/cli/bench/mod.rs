@@ -32,7 +32,7 @@ use kiln::models::{self, Model};
 use kiln::Backend;
 use limits::{triad, triad_len_for_bytes};
 use machine::Machine;
-use report::{human_bytes, Limits, Report, Row};
+use report::{human_bytes, Limits, Report, Row, Throughput};
 use run::{measure, tolerance, Budget, Measured, WorkloadError};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -416,6 +416,7 @@ fn error_row(name: &str, backend: Backend, shape: &[usize], error: String) -> Ro
         tolerance: 1e-4,
         graphs: None,
         error: Some(error),
+        throughput: None,
     }
 }
 
@@ -472,6 +473,12 @@ fn row(
     }
     r.fraction_of_limit = limit.map(|l| achieved / l);
     r.compile_ms = Some(m.compile_ms);
+    r.throughput = model.items().map(|(per_call, unit)| Throughput {
+        unit,
+        per_call,
+        eager_per_s: per_call as f64 / (m.eager.median_ms / 1e3),
+        compiled_per_s: per_call as f64 / (m.compiled.median_ms / 1e3),
+    });
     r.eager_min_ms = Some(m.eager.min_ms);
     r.eager_max_ms = Some(m.eager.max_ms);
     r.compiled_min_ms = Some(m.compiled.min_ms);

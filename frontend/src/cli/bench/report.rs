@@ -103,6 +103,21 @@ pub struct Row {
     pub graphs: Option<u64>,
     /// why the row has no times
     pub error: Option<String>,
+    /// items per second for workloads that count items (minilm: sentences)
+    pub throughput: Option<Throughput>,
+}
+
+/// Items per second, eager and compiled (from the median calls).
+#[derive(Debug, Serialize)]
+pub struct Throughput {
+    /// what is counted (`sentences`)
+    pub unit: &'static str,
+    /// items in one call
+    pub per_call: usize,
+    /// items per second, eager
+    pub eager_per_s: f64,
+    /// items per second, compiled
+    pub compiled_per_s: f64,
 }
 
 impl Report {
@@ -185,6 +200,18 @@ impl Report {
              limit: memory-bound rows against a triad over their own working set (bytes read + \
              written), matmul rows against the GEMM peak\n",
         );
+        for r in &self.results {
+            if let Some(t) = &r.throughput {
+                out.push_str(&format!(
+                    "{}: {:.1} {unit}/s compiled, {:.1} {unit}/s eager ({} {unit} a call)\n",
+                    r.workload,
+                    t.compiled_per_s,
+                    t.eager_per_s,
+                    t.per_call,
+                    unit = t.unit
+                ));
+            }
+        }
         for r in &self.results {
             if let Some(e) = &r.error {
                 out.push_str(&format!("error: {} ({}): {e}\n", r.workload, r.backend));
@@ -299,6 +326,12 @@ mod tests {
             tolerance: 1e-4,
             graphs: verified.then_some(1),
             error: (!verified).then(|| "output 0 differs".to_string()),
+            throughput: verified.then_some(Throughput {
+                unit: "sentences",
+                per_call: 8,
+                eager_per_s: 4000.0,
+                compiled_per_s: 16000.0,
+            }),
         }
     }
 
@@ -333,8 +366,13 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("3.00 GiB"), "{table}");
+        assert!(
+            table.contains("softmax: 16000.0 sentences/s compiled, 4000.0 sentences/s eager"),
+            "{table}"
+        );
         let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
         assert_eq!(json["results"][1]["eager_ms"], serde_json::Value::Null);
         assert_eq!(json["machine"]["isa"][0], "avx2");
+        assert_eq!(json["results"][0]["throughput"]["per_call"], 8);
     }
 }
