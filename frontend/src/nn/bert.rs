@@ -221,7 +221,6 @@ impl BertModel {
     /// `attention_mask: [B, S]` (1 keeps a token, 0 is padding; any dtype) and
     /// `position_ids: [B, S]` or `[S]` (integers; `0..S` for unpadded left-aligned text).
     /// Token types are all 0 (single sentences).
-    #[track_caller]
     pub fn forward(
         &self,
         input_ids: &Tensor,
@@ -268,7 +267,6 @@ impl BertLayer {
     }
 
     /// One layer over `h: [B, S, D]` with the additive mask `[B, 1, 1, S]`.
-    #[track_caller]
     pub fn forward(&self, h: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let s = h.shape();
         let (b, t, d) = (s[0] as i64, s[1] as i64, s[2] as i64);

@@ -72,7 +72,6 @@ impl MiniLm {
     }
 
     /// Sentence embeddings `[B, 384]` (unit length) of a tokenized batch's tensors.
-    #[track_caller]
     pub fn forward(
         &self,
         input_ids: &Tensor,

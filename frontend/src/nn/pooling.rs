@@ -5,7 +5,6 @@ use crate::{DType, Result, Tensor};
 
 /// `sum(h · mask) / max(sum(mask), 1e-9)` over the sequence dim: `h: [B, S, D]`,
 /// `mask: [B, S]` (1 for a token, 0 for padding; any dtype) → `[B, D]`.
-#[track_caller]
 pub fn mean_pool(h: &Tensor, mask: &Tensor) -> Result<Tensor> {
     let m = mask.cast(h.dtype())?.unsqueeze(-1)?; // [B, S, 1]
     let summed = (h * &m)?.sum(&[1], false)?; // [B, D]
@@ -14,7 +13,6 @@ pub fn mean_pool(h: &Tensor, mask: &Tensor) -> Result<Tensor> {
 }
 
 /// `x / max(‖x‖₂, 1e-12)` along the last dim (`torch.nn.functional.normalize`).
-#[track_caller]
 pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
     debug_assert!(x.dtype() != DType::Bool);
     let norm = (x * x)?.sum(&[-1], true)?.sqrt()?.maximum(1e-12)?;
