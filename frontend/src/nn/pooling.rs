@@ -1,7 +1,7 @@
 //! Sentence-embedding pooling: the mean of the token vectors the attention mask keeps, and
 //! L2 normalisation (what sentence-transformers' `Pooling` and `Normalize` modules do).
 
-use crate::{DType, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// `sum(h · mask) / max(sum(mask), 1e-9)` over the sequence dim: `h: [B, S, D]`,
 /// `mask: [B, S]` (1 for a token, 0 for padding; any dtype) → `[B, D]`.
@@ -14,7 +14,6 @@ pub fn mean_pool(h: &Tensor, mask: &Tensor) -> Result<Tensor> {
 
 /// `x / max(‖x‖₂, 1e-12)` along the last dim (`torch.nn.functional.normalize`).
 pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
-    debug_assert!(x.dtype() != DType::Bool);
     let norm = (x * x)?.sum(&[-1], true)?.sqrt()?.maximum(1e-12)?;
     x / &norm
 }

@@ -54,12 +54,16 @@ impl Weights {
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let st = self.tensors();
         let view = st.tensor(name).map_err(|_| {
-            let near: Vec<String> = self
-                .names()
-                .into_iter()
-                .filter(|n| n.ends_with(name.rsplit('.').next().unwrap_or(name)))
-                .take(3)
-                .collect();
+            // the names sharing the longest prefix with the one asked for
+            let common = |n: &str| {
+                n.bytes()
+                    .zip(name.bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            };
+            let mut near = self.names();
+            near.sort_by_key(|n| std::cmp::Reverse(common(n)));
+            near.truncate(3);
             io_err(
                 &self.path,
                 format!("no tensor `{name}` (expected shape {shape:?}); similar names: {near:?}"),
