@@ -98,8 +98,10 @@ fn assert_matches_reference(what: &str, got: &Tensor, r: &Reference) {
         worst = (worst.0.min(cos), worst.1.max(max));
     }
     eprintln!(
-        "{what}: worst cosine {:.9}, worst max abs difference {:.3e}",
-        worst.0, worst.1
+        "{what}: worst cosine {:.9} (1 - cos = {:.2e}), worst max abs difference {:.3e}",
+        worst.0,
+        1.0 - worst.0,
+        worst.1
     );
 }
 
@@ -118,8 +120,8 @@ fn token_ids_equal_the_reference() {
         .max()
         .expect("cases");
     assert_eq!(batch.input_ids.shape(), &[r.cases.len(), longest]);
-    let mask = batch.attention_mask.to_vec::<i64>().expect("mask");
-    let kept: i64 = mask.iter().sum();
+    let mask = batch.attention_mask.to_vec::<f32>().expect("mask");
+    let kept = mask.iter().sum::<f32>() as i64;
     let total: usize = r.cases.iter().map(|c| c.input_ids.len()).sum();
     assert_eq!(kept as usize, total);
 }

@@ -176,7 +176,7 @@ fn padded_batch(lens: &[usize], seed: u64) -> [Tensor; 3] {
             let real = j < n;
             let id = (seed as usize * 7 + r * 13 + j * 5) % 47 + 3;
             ids.push(if real { id as i64 } else { 0 });
-            mask.push(i64::from(real));
+            mask.push(if real { 1f32 } else { 0.0 });
         }
     }
     let pos: Vec<i64> = lens.iter().flat_map(|_| 0..s as i64).collect();
@@ -230,7 +230,7 @@ fn small_bert_with_padding_compiled_equals_eager_and_the_interpreter() {
     let ids = batch[0].to_vec::<i64>().unwrap();
     let lone = f(&[
         Tensor::from_vec(vec![ids[5], ids[6]], &[1, 2]).unwrap(),
-        Tensor::from_vec(vec![1i64, 1], &[1, 2]).unwrap(),
+        Tensor::from_vec(vec![1f32, 1.0], &[1, 2]).unwrap(),
         Tensor::from_vec(vec![0i64, 1], &[1, 2]).unwrap(),
     ])
     .unwrap();

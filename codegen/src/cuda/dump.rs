@@ -1,9 +1,8 @@
 //! The text of `kiln dump --stage cuda` (each kernel group's CUDA C, or why it has none) and
 //! `--stage ptx` (its PTX from NVRTC).
 
+use super::group_kernel;
 use super::nvrtc::{compile_ptx_cached, NvrtcError};
-use super::source::cuda_kernel;
-use crate::loops::lower_kernel;
 use kiln_passes::schedule::Schedule;
 use std::fmt::Write;
 
@@ -14,10 +13,7 @@ pub fn describe_ptx(s: &Schedule) -> Result<String, NvrtcError> {
     let mut out = String::new();
     for k in &s.kernels {
         let name = k.body.name();
-        let kernel = lower_kernel(&k.body)
-            .map_err(|e| e.reason)
-            .and_then(|n| cuda_kernel(&n).map_err(|e| e.reason));
-        match kernel {
+        match group_kernel(&k.body) {
             Ok(c) => {
                 let (ptx, _) = compile_ptx_cached(&c, "compute_90")?;
                 let _ = writeln!(out, "// kernel {name}: {}\n{ptx}", c.name);
@@ -30,34 +26,29 @@ pub fn describe_ptx(s: &Schedule) -> Result<String, NvrtcError> {
     Ok(out)
 }
 
-/// The CUDA C of every kernel of `s` that lowers to a loop nest, in schedule order; the
-/// other kernels (matmuls, which go to cuBLAS, and groups loop nests do not cover) get a
-/// comment saying why.
+/// The CUDA C of every kernel of `s` that has one (a loop nest's, or an embedding lookup's
+/// gather kernel), in schedule order; the other kernels (matmuls, which go to cuBLAS, and
+/// groups neither covers) get a comment saying why.
 pub fn describe(s: &Schedule) -> String {
     let mut out = String::new();
     for k in &s.kernels {
         let name = k.body.name();
-        match lower_kernel(&k.body) {
-            Ok(nest) => match cuda_kernel(&nest) {
-                Ok(c) => {
-                    let _ = writeln!(
-                        out,
-                        "// kernel {name}: {} threads per block, {}\n{}",
-                        c.block_threads,
-                        if c.per_row {
-                            "one block per row"
-                        } else {
-                            "grid-stride over the elements"
-                        },
-                        c.source
-                    );
-                }
-                Err(e) => {
-                    let _ = writeln!(out, "// kernel {name}: no CUDA C ({})\n", e.reason);
-                }
-            },
-            Err(e) => {
-                let _ = writeln!(out, "// kernel {name}: no CUDA C ({})\n", e.reason);
+        match group_kernel(&k.body) {
+            Ok(c) => {
+                let _ = writeln!(
+                    out,
+                    "// kernel {name}: {} threads per block, {}\n{}",
+                    c.block_threads,
+                    if c.per_row {
+                        "one block per row"
+                    } else {
+                        "grid-stride over the elements"
+                    },
+                    c.source
+                );
+            }
+            Err(reason) => {
+                let _ = writeln!(out, "// kernel {name}: no CUDA C ({reason})\n");
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The CUDA backend's code generation: loop nests to CUDA C ([`source`]), and an emulation
 //! harness that compiles the same source with g++ against a small shim header and runs it
 //! on the CPU ([`emulate`]), so generated kernels are tested without a GPU;
-//! [`emulate_check`] runs one kernel group that way and compares it with the interpreter.
+//! [`emulate_check`] runs one kernel group that way and compares it with the interpreter;
+//! embedding lookups, which have no loop nest, get a gather kernel ([`gather`]).
 //!
 //! # The generated source
 //!
@@ -25,7 +26,22 @@
 pub mod dump;
 pub mod emulate;
 pub mod emulate_check;
+pub mod gather;
 pub mod nvrtc;
 pub mod source;
 
+pub use gather::gather_kernel;
 pub use source::{cuda_kernel, CudaKernel, CudaUnsupported, BLOCK_THREADS};
+
+use crate::loops::lower_kernel;
+use kiln_ir::Graph;
+
+/// The CUDA kernel of a kernel group's body: its loop nest's ([`cuda_kernel`]), or, for an
+/// embedding lookup (one `index_select`), the gather kernel ([`gather_kernel`]); else why it
+/// has none (matmuls go to cuBLAS; other groups loop nests do not cover).
+pub fn group_kernel(body: &Graph) -> Result<CudaKernel, String> {
+    match lower_kernel(body) {
+        Ok(nest) => cuda_kernel(&nest).map_err(|e| e.reason),
+        Err(e) => gather_kernel(body).map_err(|_| e.reason),
+    }
+}

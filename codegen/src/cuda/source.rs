@@ -88,7 +88,7 @@ pub fn cuda_kernel(nest: &LoopNest) -> Result<CudaKernel, CudaUnsupported> {
 }
 
 /// `s` with every character that is not a C identifier character replaced by `_`.
-fn c_ident(s: &str) -> String {
+pub(crate) fn c_ident(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect()

@@ -80,7 +80,7 @@ impl Model for MiniLm {
         let positions: Vec<i64> = (0..b).flat_map(|_| 0..s as i64).collect();
         Ok(vec![
             Tensor::from_vec(ids, &[b, s])?,
-            Tensor::from_vec(vec![1i64; b * s], &[b, s])?,
+            Tensor::from_vec(vec![1f32; b * s], &[b, s])?,
             Tensor::from_vec(positions, &[b, s])?,
         ])
     }

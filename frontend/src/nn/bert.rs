@@ -244,8 +244,7 @@ impl BertModel {
         let types = e.token_type.weight.narrow(0, 0, 1)?;
         let mut h = e.norm.forward(&((&words + &positions)? + &types)?)?;
         // [B, 1, 1, S]: 0 where attended, the most negative f32 at padding (as HF does)
-        let mask = attention_mask
-            .cast(DType::F32)?
+        let mask = as_f32(attention_mask)?
             .sub(1.0)?
             .mul(f64::from(f32::MAX))?
             .unsqueeze(1)?
@@ -254,6 +253,15 @@ impl BertModel {
             h = layer.forward(&h, &mask)?;
         }
         Ok(h)
+    }
+}
+
+/// `t` as f32 (itself when it already is: no cast node in a traced graph).
+pub(crate) fn as_f32(t: &Tensor) -> Result<Tensor> {
+    if t.dtype() == DType::F32 {
+        Ok(t.clone())
+    } else {
+        t.cast(DType::F32)
     }
 }
 

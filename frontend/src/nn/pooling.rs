@@ -6,7 +6,11 @@ use crate::{Result, Tensor};
 /// `sum(h · mask) / max(sum(mask), 1e-9)` over the sequence dim: `h: [B, S, D]`,
 /// `mask: [B, S]` (1 for a token, 0 for padding; any dtype) → `[B, D]`.
 pub fn mean_pool(h: &Tensor, mask: &Tensor) -> Result<Tensor> {
-    let m = mask.cast(h.dtype())?.unsqueeze(-1)?; // [B, S, 1]
+    let m = if mask.dtype() == h.dtype() {
+        mask.unsqueeze(-1)?
+    } else {
+        mask.cast(h.dtype())?.unsqueeze(-1)?
+    }; // [B, S, 1]
     let summed = (h * &m)?.sum(&[1], false)?; // [B, D]
     let counts = m.sum(&[1], false)?.maximum(1e-9)?; // [B, 1]
     &summed / &counts

@@ -22,12 +22,15 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
-/// A tokenized batch: `[B, S]` tensors (i64) padded to the longest sentence.
+/// A tokenized batch: `[B, S]` tensors (ids and positions i64, the mask f32) padded to the
+/// longest sentence.
 #[derive(Debug, Clone)]
 pub struct Batch {
     /// token ids, `[PAD]` (0 for BERT) past each sentence's end
     pub input_ids: Tensor,
-    /// 1 for a token, 0 for padding
+    /// 1.0 for a token, 0.0 for padding (f32: the additive attention mask and the pooling
+    /// weights are then computed inside the model's fused f32 kernels, with no integer
+    /// cast; an integer mask works too)
     pub attention_mask: Tensor,
     /// `0..S` on every row
     pub position_ids: Tensor,
@@ -113,7 +116,10 @@ impl Tokenizer {
         let positions: Vec<i64> = (0..b).flat_map(|_| 0..s as i64).collect();
         Ok(Batch {
             input_ids: Tensor::from_vec(ids, &[b, s])?,
-            attention_mask: Tensor::from_vec(mask, &[b, s])?,
+            attention_mask: Tensor::from_vec(
+                mask.into_iter().map(|m| m as f32).collect::<Vec<f32>>(),
+                &[b, s],
+            )?,
             position_ids: Tensor::from_vec(positions, &[b, s])?,
             ids: kept,
         })
