@@ -12,7 +12,7 @@
 
 use super::emulate::{emulate, EmuBuffer};
 use super::{cuda_kernel, CudaKernel};
-use crate::loops::{lower_kernel, LoopNest, Role};
+use crate::loops::{lower_kernel_half, LoopNest, Role};
 use kiln_ir::interp::{eval, random_inputs, Value};
 use kiln_ir::{DType, Dim, Graph};
 
@@ -77,10 +77,21 @@ pub fn loop_strides(nest: &LoopNest, shapes: &[Vec<usize>], nd: usize) -> Vec<Ve
         .collect()
 }
 
-/// A value's bytes as a kernel buffer holds them (f32 little-endian, or bool bytes 0/1).
+/// A value's bytes as a kernel buffer holds them (f32, f16 or bf16 little-endian, or bool
+/// bytes 0/1).
 fn to_bytes(v: &Value) -> Vec<u8> {
     match v.dtype {
         DType::Bool => v.data.iter().map(|&x| u8::from(x != 0.0)).collect(),
+        DType::F16 => v
+            .data
+            .iter()
+            .flat_map(|&x| half::f16::from_f64(x).to_le_bytes())
+            .collect(),
+        DType::BF16 => v
+            .data
+            .iter()
+            .flat_map(|&x| half::bf16::from_f64(x).to_le_bytes())
+            .collect(),
         _ => v
             .data
             .iter()
@@ -89,10 +100,39 @@ fn to_bytes(v: &Value) -> Vec<u8> {
     }
 }
 
+/// Bytes per element of a kernel buffer of `dtype`.
+fn element_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::Bool => 1,
+        DType::F16 | DType::BF16 => 2,
+        _ => 4,
+    }
+}
+
+/// The tolerance `(relative, absolute)` of a half-precision output: the kernel computes a
+/// fused chain in f32 and rounds once at the store, the interpreter rounds after every op
+/// (as eager mode does), so they may differ by a few units in the last place: 8 of them
+/// (f16: 2⁻¹⁰ relative, bf16: 2⁻⁷), and as much absolutely near zero.
+fn half_tolerance(dtype: DType) -> Option<(f64, f64)> {
+    match dtype {
+        DType::F16 => Some((8.0 * 2f64.powi(-10), 8.0 * 2f64.powi(-10))),
+        DType::BF16 => Some((8.0 * 2f64.powi(-7), 8.0 * 2f64.powi(-7))),
+        _ => None,
+    }
+}
+
 /// The elements of a kernel buffer's bytes.
 fn from_bytes(bytes: &[u8], dtype: DType) -> Vec<f64> {
     match dtype {
         DType::Bool => bytes.iter().map(|&b| f64::from(b)).collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        DType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
         _ => bytes
             .chunks_exact(4)
             .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
@@ -115,7 +155,7 @@ fn from_bytes(bytes: &[u8], dtype: DType) -> Vec<f64> {
 /// emulation (g++ missing, a compilation error, a crash or a deadlock), or a mismatched
 /// element (with the kernel's source).
 pub fn check_kernel(body: &Graph, sym: usize, what: &str, threads: u32) -> Result<bool, String> {
-    let Ok(nest) = lower_kernel(body) else {
+    let Ok(nest) = lower_kernel_half(body) else {
         return Ok(false);
     };
     let kernel: CudaKernel = cuda_kernel(&nest).map_err(|e| format!("{what}: {e}"))?;
@@ -162,7 +202,7 @@ pub fn check_kernel(body: &Graph, sym: usize, what: &str, threads: u32) -> Resul
                 next_out += 1;
                 let n: usize = want[next_out - 1].shape.iter().product();
                 // garbage the kernel must overwrite
-                vec![0xA5; n * if b.dtype == DType::Bool { 1 } else { 4 }]
+                vec![0xA5; n * element_bytes(b.dtype)]
             }
         };
         bufs.push(EmuBuffer { bytes });
@@ -191,7 +231,7 @@ pub fn check_kernel(body: &Graph, sym: usize, what: &str, threads: u32) -> Resul
         &strides,
     )
     .map_err(|e| format!("{what}: {e}"))?;
-    let (rel, abs) = if nest.reduces {
+    let f32_tolerance = if nest.reduces {
         (1e-4, 1e-5)
     } else {
         (1e-5, 1e-6)
@@ -203,6 +243,7 @@ pub fn check_kernel(body: &Graph, sym: usize, what: &str, threads: u32) -> Resul
         }
         let w = &want[out_i];
         out_i += 1;
+        let (rel, abs) = half_tolerance(b.dtype).unwrap_or(f32_tolerance);
         let got = from_bytes(&buf.bytes, b.dtype);
         for (i, (&g, &x)) in got.iter().zip(&w.data).enumerate() {
             let ok = if x.is_nan() {

@@ -12,7 +12,7 @@
 //!
 //! ```c
 //! struct NAME_args {
-//!     void* ptr[NB];             // the nest's buffers, in order (f32 or bool = unsigned char)
+//!     void* ptr[NB];             // the nest's buffers, in order (f32; f16, bf16 = unsigned short; bool = unsigned char)
 //!     long long size[ND];        // the loop sizes, outer dims first, the inner dim last
 //!     long long stride[NB][ND];  // element strides of each buffer along each loop dim (0: not indexed)
 //! };
@@ -33,14 +33,15 @@ pub mod source;
 pub use gather::gather_kernel;
 pub use source::{cuda_kernel, CudaKernel, CudaUnsupported, BLOCK_THREADS};
 
-use crate::loops::lower_kernel;
+use crate::loops::lower_kernel_half;
 use kiln_ir::Graph;
 
-/// The CUDA kernel of a kernel group's body: its loop nest's ([`cuda_kernel`]), or, for an
+/// The CUDA kernel of a kernel group's body: its loop nest's ([`cuda_kernel`]; f16 and bf16
+/// values computed in f32, see [`lower_kernel_half`]), or, for an
 /// embedding lookup (one `index_select`), the gather kernel ([`gather_kernel`]); else why it
 /// has none (matmuls go to cuBLAS; other groups loop nests do not cover).
 pub fn group_kernel(body: &Graph) -> Result<CudaKernel, String> {
-    match lower_kernel(body) {
+    match lower_kernel_half(body) {
         Ok(nest) => cuda_kernel(&nest).map_err(|e| e.reason),
         Err(e) => gather_kernel(body).map_err(|_| e.reason),
     }

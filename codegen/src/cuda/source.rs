@@ -60,7 +60,7 @@ pub fn cuda_kernel(nest: &LoopNest) -> Result<CudaKernel, CudaUnsupported> {
         return Err(fail("a nest without buffers".to_string()));
     }
     for b in &nest.buffers {
-        if !matches!(b.dtype, DType::F32 | DType::Bool) {
+        if !matches!(b.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::Bool) {
             return Err(fail(format!("buffer {} of dtype {}", b.name, b.dtype)));
         }
     }
@@ -204,6 +204,10 @@ impl Gen<'_> {
                 let off = self.offset(*b);
                 match self.nest.buffers[*b].dtype {
                     DType::Bool => format!("(((const unsigned char*)a.ptr[{b}])[{off}] != 0)"),
+                    DType::F16 => format!("kiln_h2f(((const unsigned short*)a.ptr[{b}])[{off}])"),
+                    DType::BF16 => {
+                        format!("kiln_bf2f(((const unsigned short*)a.ptr[{b}])[{off}])")
+                    }
                     _ => format!("((const float*)a.ptr[{b}])[{off}]"),
                 }
             }
@@ -228,6 +232,14 @@ impl Gen<'_> {
         let line = match self.nest.buffers[st.buffer].dtype {
             DType::Bool => format!(
                 "((unsigned char*)a.ptr[{}])[{off}] = v{} ? 1 : 0;",
+                st.buffer, st.value
+            ),
+            DType::F16 => format!(
+                "((unsigned short*)a.ptr[{}])[{off}] = kiln_f2h(v{});",
+                st.buffer, st.value
+            ),
+            DType::BF16 => format!(
+                "((unsigned short*)a.ptr[{}])[{off}] = kiln_f2bf(v{});",
                 st.buffer, st.value
             ),
             _ => format!("((float*)a.ptr[{}])[{off}] = v{};", st.buffer, st.value),
@@ -555,6 +567,52 @@ fn binary(op: BinaryOp, x: &str, y: &str) -> String {
 /// block-wide reductions (warp shuffles, then one value per warp through `red`; every
 /// thread of the block must call them, and all get the result).
 const HELPERS: &str = r#"
+// f16 and bf16 buffers: exact widening, rounding to nearest even (portable bit code, so the
+// emulation runs exactly what the GPU runs)
+__device__ __forceinline__ float kiln_h2f(unsigned short h) {
+    unsigned int sign = ((unsigned int)h & 0x8000u) << 16;
+    unsigned int e = ((unsigned int)h >> 10) & 0x1fu, m = (unsigned int)h & 0x3ffu;
+    unsigned int x;
+    if (e == 0x1fu) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        x = sign | ((e + 112u) << 23) | (m << 13);
+    } else if (m == 0) {
+        x = sign;
+    } else {
+        unsigned int k = 0;
+        while (!(m & 0x400u)) { m <<= 1; k++; }
+        x = sign | ((113u - k) << 23) | ((m & 0x3ffu) << 13);
+    }
+    return __int_as_float((int)x);
+}
+__device__ __forceinline__ unsigned short kiln_f2h(float f) {
+    unsigned int x = (unsigned int)__float_as_int(f);
+    unsigned int sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+    if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+    if (ax <= 0x33000000u) return (unsigned short)sign;
+    int e = (int)(ax >> 23) - 127;
+    unsigned int m = (ax & 0x7fffffu) | 0x800000u;
+    if (e < -14) {
+        unsigned int shift = (unsigned int)(-e - 1);
+        unsigned int r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (unsigned short)(sign | r);
+    }
+    unsigned int r = ((unsigned int)(e + 15) << 10) | ((m >> 13) & 0x3ffu), rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+    return (unsigned short)(sign | r);
+}
+__device__ __forceinline__ float kiln_bf2f(unsigned short b) {
+    return __int_as_float((int)((unsigned int)b << 16));
+}
+__device__ __forceinline__ unsigned short kiln_f2bf(float f) {
+    unsigned int x = (unsigned int)__float_as_int(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (unsigned short)(x >> 16);
+}
 __device__ __forceinline__ float kiln_max(float x, float y) {
     return (isnan(x) || isnan(y)) ? NAN : (x > y ? x : y);
 }

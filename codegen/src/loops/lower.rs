@@ -46,9 +46,26 @@ impl Classes {
 }
 
 /// Lowers the body of a kernel group (a graph whose inputs are the values it reads and
-/// whose outputs are the values it writes) to a loop nest.
+/// whose outputs are the values it writes) to a loop nest over f32 and bool values (the
+/// CPU backend's form).
 pub fn lower_kernel(body: &Graph) -> Result<LoopNest, Unsupported> {
     Lowering::new(body).run()
+}
+
+/// [`lower_kernel`], also taking f16 and bf16 values (the CUDA backend's form): they are
+/// computed in f32 inside the nest (as Inductor does), read from half-precision buffers
+/// with an exact widening and written back rounded to nearest even, so a fused chain rounds
+/// once at its store instead of after every op as eager mode does (the difference is within
+/// the half types' tolerance).
+pub fn lower_kernel_half(body: &Graph) -> Result<LoopNest, Unsupported> {
+    let mut l = Lowering::new(body);
+    l.half = true;
+    l.run()
+}
+
+/// f32, or (with half-precision buffers allowed) f16 and bf16: values computed as f32.
+fn is_float(dt: DType, half: bool) -> bool {
+    dt == DType::F32 || (half && matches!(dt, DType::F16 | DType::BF16))
 }
 
 struct Lowering<'g> {
@@ -60,6 +77,8 @@ struct Lowering<'g> {
     classes: Classes,
     /// reductions whose reduced dims all have size 1 (the identity)
     identity: Vec<NodeId>,
+    /// f16 and bf16 values are allowed (computed in f32)
+    half: bool,
 }
 
 impl<'g> Lowering<'g> {
@@ -78,6 +97,7 @@ impl<'g> Lowering<'g> {
                 parent: (0..=n).collect(),
             },
             identity: Vec::new(),
+            half: false,
         }
     }
 
@@ -246,16 +266,19 @@ impl<'g> Lowering<'g> {
         }
     }
 
-    /// Values must be f32, or bool: comparison results, masks read from memory (as `where`
-    /// conditions or cast to f32) and bool outputs.
+    /// Values must be f32 (or, with `half`, f16/bf16 computed as f32), or bool: comparison
+    /// results, masks read from memory (as `where` conditions or cast to f32) and bool
+    /// outputs.
     fn check_types(&self) -> Result<(), Unsupported> {
         for (id, n) in self.g.nodes() {
             let dt = n.ty.dtype;
+            let float = |t: DType| is_float(t, self.half);
             let ok = match &n.op {
-                Op::Input => dt == DType::F32 || dt == DType::Bool,
-                Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => dt == DType::F32,
+                Op::Input => float(dt) || dt == DType::Bool,
+                Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => float(dt),
                 Op::Binary(b) if b.is_comparison() => dt == DType::Bool,
-                Op::Binary(_) | Op::Where => dt == DType::F32,
+                Op::Binary(_) | Op::Where => float(dt),
+                // a cast to a half type in the middle of a nest would need a rounding step
                 Op::Cast { dtype } => *dtype == DType::F32,
                 _ => true,
             };
@@ -264,8 +287,8 @@ impl<'g> Lowering<'g> {
                     let t = self.g.node(*v).ty.dtype;
                     match (&n.op, i) {
                         (Op::Where, 0) => t == DType::Bool,
-                        (Op::Cast { .. }, _) => t == DType::F32 || t == DType::Bool,
-                        _ => t == DType::F32,
+                        (Op::Cast { .. }, _) => float(t) || t == DType::Bool,
+                        _ => float(t),
                     }
                 }
                 Arg::Scalar(_) => true,
@@ -278,8 +301,11 @@ impl<'g> Lowering<'g> {
                     n.ty
                 ));
             }
-            if self.g.outputs().contains(&id) && dt != DType::F32 && dt != DType::Bool {
-                return self.fail(format!("output {} is neither f32 nor bool", self.name(id)));
+            if self.g.outputs().contains(&id) && !is_float(dt, self.half) && dt != DType::Bool {
+                return self.fail(format!(
+                    "output {} is of dtype {dt}, which the loop form does not store",
+                    self.name(id)
+                ));
             }
             if let Op::Unary(u) = n.op {
                 debug_assert!(UnaryOp::ALL.contains(&u));

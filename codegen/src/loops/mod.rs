@@ -17,7 +17,7 @@ mod display;
 mod lower;
 mod phases;
 
-pub use lower::{lower_kernel, Unsupported};
+pub use lower::{lower_kernel, lower_kernel_half, Unsupported};
 pub(crate) use phases::operands;
 
 use kiln_ir::{BinaryOp, DType, Dim, ReduceOp, Shape, UnaryOp};
