@@ -1,4 +1,5 @@
 //! Programs shared by the CUDA tests (emulation and NVRTC).
+#![allow(dead_code)] // each test file uses some of them
 
 use std::path::PathBuf;
 
