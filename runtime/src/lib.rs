@@ -5,6 +5,8 @@
 //! * [`execute`] / [`execute_inplace`]: run one op eagerly; operand types are checked by
 //!   [`kiln_ir::infer`], so bad input is a [`RuntimeError`], never a panic.
 //! * [`allocator_stats`] / [`empty_cache`]: the caching allocator that every storage uses.
+//! * [`device`]: the device caching allocator of accelerator backends (size classes, pools
+//!   per stream, stats, `empty_cache`), generic over the device's memory.
 //!
 //! Semantics follow PyTorch and match `kiln_ir::interp` (the oracle): inputs are converted to
 //! the promoted dtype, f16/bf16 compute in f32, integers wrap, float-to-int casts truncate.
@@ -12,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod alloc;
+pub mod device;
 mod element;
 mod error;
 mod exec;
