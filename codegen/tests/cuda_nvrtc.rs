@@ -8,7 +8,7 @@ mod common;
 
 use kiln_codegen::cuda::cuda_kernel;
 use kiln_codegen::cuda::nvrtc::{
-    assemble, compile_ptx, compile_ptx_cached_in, load_nvrtc, SassStats,
+    assemble, compile_ptx, compile_ptx_cached_in, nvrtc_for_tests, SassStats,
 };
 use kiln_codegen::loops::lower_kernel;
 use kiln_ir::text::parse_module;
@@ -33,25 +33,9 @@ fn kernels(file: &str, text: &str) -> Vec<(String, kiln_codegen::cuda::CudaKerne
     out
 }
 
-/// Whether NVRTC is present; when it is not, prints why (the test then passes), unless
-/// `KILN_REQUIRE_NVRTC` is set, which makes its absence a failure.
-fn nvrtc_or_skip() -> bool {
-    match load_nvrtc() {
-        Ok(()) => true,
-        Err(e) => {
-            assert!(
-                std::env::var_os("KILN_REQUIRE_NVRTC").is_none(),
-                "KILN_REQUIRE_NVRTC is set but {e}"
-            );
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
-
 #[test]
 fn every_generated_kernel_compiles_with_nvrtc_and_ptxas() {
-    if !nvrtc_or_skip() {
+    if !nvrtc_for_tests().unwrap_or_else(|e| panic!("{e}")) {
         return;
     }
     let mut all = kernels("programs", common::PROGRAMS);
@@ -89,7 +73,7 @@ fn every_generated_kernel_compiles_with_nvrtc_and_ptxas() {
 
 #[test]
 fn the_ptx_cache_reuses_entries_and_recompiles_corrupt_ones() {
-    if !nvrtc_or_skip() {
+    if !nvrtc_for_tests().unwrap_or_else(|e| panic!("{e}")) {
         return;
     }
     let (_, k) = kernels("programs", common::PROGRAMS)

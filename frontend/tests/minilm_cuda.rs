@@ -13,28 +13,12 @@ use kiln::nn::pooling::{l2_normalize, mean_pool};
 use kiln::nn::{BertConfig, BertModel, MiniLm};
 use kiln::{compile_with, CompileOptions, Graph, Tensor};
 use kiln_codegen::cuda::emulate_check::{check_kernel, EMU_THREADS};
-use kiln_codegen::cuda::nvrtc::{assemble, compile_ptx, load_nvrtc, SassStats};
+use kiln_codegen::cuda::nvrtc::{assemble, compile_ptx, nvrtc_for_tests, SassStats};
 use kiln_codegen::cuda::{cuda_kernel, gather_kernel};
 use kiln_codegen::loops::lower_kernel;
 use kiln_passes::pipeline::{run_passes, PassOptions};
 use kiln_passes::schedule::{schedule, Kernel};
 use std::time::Instant;
-
-/// Whether NVRTC is present; when it is not, prints why (the test then passes), unless
-/// `KILN_REQUIRE_NVRTC` is set, which makes its absence a failure.
-fn nvrtc_or_skip() -> bool {
-    match load_nvrtc() {
-        Ok(()) => true,
-        Err(e) => {
-            assert!(
-                std::env::var_os("KILN_REQUIRE_NVRTC").is_none(),
-                "KILN_REQUIRE_NVRTC is set but {e}"
-            );
-            eprintln!("skipped: {e}");
-            false
-        }
-    }
-}
 
 /// `[input_ids, attention_mask, position_ids]` of a batch of `b` unpadded sequences of `s`
 /// tokens with ids below `vocab`.
@@ -65,7 +49,7 @@ fn kernels(graphs: &[Graph]) -> Vec<(String, Kernel)> {
 
 #[test]
 fn every_minilm_kernel_compiles_with_nvrtc_and_ptxas() {
-    if !nvrtc_or_skip() {
+    if !nvrtc_for_tests().unwrap_or_else(|e| panic!("{e}")) {
         return;
     }
     let start = Instant::now();

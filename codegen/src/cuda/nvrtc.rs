@@ -50,6 +50,23 @@ pub enum NvrtcError {
     },
 }
 
+/// For tests that need NVRTC: `Ok(true)` when it loads; `Ok(false)` when it is missing and
+/// not required (the reason is printed: the test should pass without it); `Err` when it is
+/// missing and `KILN_REQUIRE_NVRTC` is set (CI sets it after installing the PyPI wheels),
+/// which makes its absence a failure.
+pub fn nvrtc_for_tests() -> Result<bool, String> {
+    match load_nvrtc() {
+        Ok(()) => Ok(true),
+        Err(e) if std::env::var_os("KILN_REQUIRE_NVRTC").is_some() => {
+            Err(format!("KILN_REQUIRE_NVRTC is set but {e}"))
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            Ok(false)
+        }
+    }
+}
+
 /// Loads NVRTC (see the module doc) once; the error says how to install it.
 pub fn load_nvrtc() -> Result<(), NvrtcError> {
     static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
