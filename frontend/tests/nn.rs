@@ -224,6 +224,20 @@ fn small_bert_with_padding_compiled_equals_eager_and_the_interpreter() {
             );
         }
     }
+    // an integer mask (as Hugging Face passes it) gives the same embeddings as the f32 one
+    let args = padded_batch(&[5, 2, 1], 0);
+    let int_mask = args[1].cast(DType::I64).unwrap();
+    let with_int = f(&[args[0].clone(), int_mask.clone(), args[2].clone()]).unwrap();
+    assert_eq!(vals(&with_int), vals(&f(&args).unwrap()));
+    let compiled_int = cpu
+        .call(&[args[0].clone(), int_mask, args[2].clone()])
+        .unwrap();
+    close(
+        &vals(&compiled_int),
+        &vals(&with_int),
+        1e-4,
+        "int mask compiled",
+    );
     // a padded sentence embeds as it does alone: row 1 of the batch (2 real tokens)
     let batch = padded_batch(&[5, 2, 1], 0);
     let together = f(&batch).unwrap();
