@@ -196,7 +196,8 @@ impl<'g> Lowering<'g> {
                     if body[x].ty == ScalarType::Bool {
                         Expr::BoolToF32(x)
                     } else {
-                        // f32 to f32 (other casts are rejected by check_types)
+                        // f32 to f32, or to a half type only stored (its store rounds);
+                        // other casts are rejected by check_types
                         value_of.insert(id, x);
                         continue;
                     }
@@ -278,8 +279,19 @@ impl<'g> Lowering<'g> {
                 Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => float(dt),
                 Op::Binary(b) if b.is_comparison() => dt == DType::Bool,
                 Op::Binary(_) | Op::Where => float(dt),
-                // a cast to a half type in the middle of a nest would need a rounding step
-                Op::Cast { dtype } => *dtype == DType::F32,
+                // a cast to a half type is the rounding its store does when the kernel only
+                // stores it (a decomposed f16 layer norm ends so); used inside the nest, it
+                // would need a rounding step of its own
+                Op::Cast { dtype } => {
+                    *dtype == DType::F32
+                        || (self.half
+                            && matches!(dtype, DType::F16 | DType::BF16)
+                            && self.g.outputs().contains(&id)
+                            && !self
+                                .g
+                                .nodes()
+                                .any(|(_, u)| u.args.contains(&Arg::Value(id))))
+                }
                 _ => true,
             };
             let operands_ok = n.args.iter().enumerate().all(|(i, a)| match a {
