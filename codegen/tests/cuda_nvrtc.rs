@@ -8,7 +8,7 @@ mod common;
 
 use kiln_codegen::cuda::cuda_kernel;
 use kiln_codegen::cuda::nvrtc::{
-    assemble, compile_ptx, compile_ptx_cached_in, nvrtc_for_tests, SassStats,
+    compile_and_assemble, compile_ptx_cached_in, nvrtc_for_tests, SassStats,
 };
 use kiln_codegen::loops::lower_kernel;
 use kiln_ir::text::parse_module;
@@ -45,21 +45,11 @@ fn every_generated_kernel_compiles_with_nvrtc_and_ptxas() {
     let mut worst = SassStats::default();
     let mut spilling = 0;
     for (what, k) in &all {
-        let ptx = compile_ptx(k, "compute_90").unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert!(
-            ptx.contains(&k.name),
-            "{what}: the PTX has no entry {}",
-            k.name
-        );
-        let st = assemble(&k.name, &ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
-        eprintln!(
-            "{what}: {} registers, {} B spill stores, {} B spill loads",
-            st.registers, st.spill_stores, st.spill_loads
-        );
-        worst.registers = worst.registers.max(st.registers);
-        worst.spill_stores = worst.spill_stores.max(st.spill_stores);
-        worst.spill_loads = worst.spill_loads.max(st.spill_loads);
-        spilling += usize::from(st.spill_stores + st.spill_loads > 0);
+        let st = compile_and_assemble(k, "compute_90", "sm_90")
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        eprintln!("{what}: {st}");
+        worst = worst.worst(&st);
+        spilling += usize::from(st.spills());
     }
     eprintln!(
         "NVRTC + ptxas compiled {} kernels: at most {} registers, {spilling} spill (worst {} B stores, {} B loads)",

@@ -85,6 +85,15 @@ fn compare(a: &[f64], b: &[f64]) -> (f64, f64) {
     (dot / (na * nb), max)
 }
 
+/// The largest absolute difference between two `[B, D]` tensors.
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
+    rows(a)
+        .iter()
+        .zip(rows(b))
+        .map(|(x, y)| compare(x, &y).1)
+        .fold(0.0, f64::max)
+}
+
 fn assert_matches_reference(what: &str, got: &Tensor, r: &Reference) {
     assert_eq!(got.shape(), &[r.cases.len(), 384]);
     let mut worst = (1.0f64, 0.0f64);
@@ -174,11 +183,7 @@ fn compiled_embeddings_match_the_reference_and_eager() {
         );
         let c = f.call(&args).expect("compiled");
         assert_matches_reference(&format!("compiled (cpu, fusion {fusion})"), &c, r);
-        let worst = rows(&c)
-            .iter()
-            .zip(rows(&eager))
-            .map(|(a, b)| compare(a, &b).1)
-            .fold(0.0, f64::max);
+        let worst = max_abs_diff(&c, &eager);
         assert!(
             worst <= 1e-5,
             "compiled vs eager: max abs difference {worst}"
@@ -205,11 +210,7 @@ fn padded_batches_of_other_lengths_reuse_one_compiled_entry() {
         ];
         let c = f.call(&args).expect("compiled");
         let e = m.forward(&args[0], &args[1], &args[2]).expect("eager");
-        let worst = rows(&c)
-            .iter()
-            .zip(rows(&e))
-            .map(|(a, b)| compare(a, &b).1)
-            .fold(0.0, f64::max);
+        let worst = max_abs_diff(&c, &e);
         assert!(
             worst <= 1e-5,
             "lengths {lengths:?}: compiled vs eager {worst}"

@@ -13,7 +13,7 @@ use kiln::nn::pooling::{l2_normalize, mean_pool};
 use kiln::nn::{BertConfig, BertModel, MiniLm};
 use kiln::{compile_with, CompileOptions, Graph, Tensor};
 use kiln_codegen::cuda::emulate_check::{check_kernel, EMU_THREADS};
-use kiln_codegen::cuda::nvrtc::{assemble, compile_ptx, nvrtc_for_tests, SassStats};
+use kiln_codegen::cuda::nvrtc::{compile_and_assemble, nvrtc_for_tests, SassStats};
 use kiln_codegen::cuda::{cuda_kernel, gather_kernel};
 use kiln_codegen::loops::lower_kernel;
 use kiln_passes::pipeline::{run_passes, PassOptions};
@@ -87,22 +87,13 @@ fn every_minilm_kernel_compiles_with_nvrtc_and_ptxas() {
             },
         };
         let compiled = source.and_then(|c| {
-            let ptx = compile_ptx(&c, "compute_90").map_err(|e| e.to_string())?;
-            if !ptx.contains(&c.name) {
-                return Err(format!("the PTX has no entry {}", c.name));
-            }
-            assemble(&c.name, &ptx, "sm_90").map_err(|e| e.to_string())
+            compile_and_assemble(&c, "compute_90", "sm_90").map_err(|e| e.to_string())
         });
         match compiled {
             Ok(st) => {
-                eprintln!(
-                    "{what}: {} registers, {} B spill stores, {} B spill loads",
-                    st.registers, st.spill_stores, st.spill_loads
-                );
-                worst.registers = worst.registers.max(st.registers);
-                worst.spill_stores = worst.spill_stores.max(st.spill_stores);
-                worst.spill_loads = worst.spill_loads.max(st.spill_loads);
-                spilling += usize::from(st.spill_stores + st.spill_loads > 0);
+                eprintln!("{what}: {st}");
+                worst = worst.worst(&st);
+                spilling += usize::from(st.spills());
             }
             Err(e) => {
                 let nest = lower_kernel(&k.body).map_or_else(|e| e.to_string(), |n| n.to_string());

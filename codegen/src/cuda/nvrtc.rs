@@ -217,6 +217,49 @@ pub struct SassStats {
     pub spill_loads: u32,
 }
 
+impl SassStats {
+    /// Whether ptxas reported any spill.
+    pub fn spills(&self) -> bool {
+        self.spill_stores + self.spill_loads > 0
+    }
+
+    /// The larger of each count of `self` and `other` (the worst over several kernels).
+    pub fn worst(&self, other: &SassStats) -> SassStats {
+        SassStats {
+            registers: self.registers.max(other.registers),
+            spill_stores: self.spill_stores.max(other.spill_stores),
+            spill_loads: self.spill_loads.max(other.spill_loads),
+        }
+    }
+}
+
+impl std::fmt::Display for SassStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} registers, {} B spill stores, {} B spill loads",
+            self.registers, self.spill_stores, self.spill_loads
+        )
+    }
+}
+
+/// NVRTC then ptxas: `kernel`'s PTX for `arch` (such as `compute_90`), checked to hold the
+/// kernel's entry, assembled for `sm` (such as `sm_90`); its register and spill counts.
+pub fn compile_and_assemble(
+    kernel: &CudaKernel,
+    arch: &'static str,
+    sm: &str,
+) -> Result<SassStats, NvrtcError> {
+    let ptx = compile_ptx(kernel, arch)?;
+    if !ptx.contains(&kernel.name) {
+        return Err(NvrtcError::Assemble {
+            kernel: kernel.name.clone(),
+            log: format!("the PTX has no entry {}", kernel.name),
+        });
+    }
+    assemble(&kernel.name, &ptx, sm)
+}
+
 /// The ptxas executable: `KILN_PTXAS`, else `ptxas` on the `PATH`.
 fn ptxas() -> PathBuf {
     std::env::var_os("KILN_PTXAS")

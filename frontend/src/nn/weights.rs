@@ -2,6 +2,7 @@
 
 use crate::{DType, Error, Result, Tensor};
 use memmap2::Mmap;
+use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
 use std::path::{Path, PathBuf};
 
@@ -11,6 +12,10 @@ use std::path::{Path, PathBuf};
 pub struct Weights {
     path: PathBuf,
     map: Mmap,
+    /// the header, parsed once: each tensor's dtype, shape and byte range
+    metadata: Metadata,
+    /// where the tensors' bytes start in the file (after the header)
+    data_start: usize,
 }
 
 impl std::fmt::Debug for Weights {
@@ -27,33 +32,28 @@ impl Weights {
         // A file truncated by another process while mapped could fault on access: the
         // weights are copied out once, right after opening, by every loader in kiln.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| io_err(path, e.to_string()))?;
+        // deserialize checks every tensor's byte range against the file as well
         SafeTensors::deserialize(&map).map_err(|e| io_err(path, e.to_string()))?;
+        let (header_len, metadata) =
+            SafeTensors::read_metadata(&map).map_err(|e| io_err(path, e.to_string()))?;
         Ok(Weights {
             path: path.to_path_buf(),
             map,
+            metadata,
+            data_start: 8 + header_len,
         })
-    }
-
-    fn tensors(&self) -> SafeTensors<'_> {
-        SafeTensors::deserialize(&self.map).expect("the header was checked in open")
     }
 
     /// The tensors' names, sorted.
     pub fn names(&self) -> Vec<String> {
-        let mut n: Vec<String> = self
-            .tensors()
-            .names()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
+        let mut n: Vec<String> = self.metadata.tensors().into_keys().collect();
         n.sort();
         n
     }
 
     /// Tensor `name` as f32 of exactly `shape` (f16, bf16 and f64 tensors are converted).
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
-        let st = self.tensors();
-        let view = st.tensor(name).map_err(|_| {
+        let info = self.metadata.info(name).ok_or_else(|| {
             // the names sharing the longest prefix with the one asked for
             let common = |n: &str| {
                 n.bytes()
@@ -69,16 +69,16 @@ impl Weights {
                 format!("no tensor `{name}` (expected shape {shape:?}); similar names: {near:?}"),
             )
         })?;
-        if view.shape() != shape {
+        if info.shape != shape {
             return Err(io_err(
                 &self.path,
                 format!(
                     "tensor `{name}` has shape {:?}, expected {shape:?}",
-                    view.shape()
+                    info.shape
                 ),
             ));
         }
-        let dtype = match view.dtype() {
+        let dtype = match info.dtype {
             Dtype::F32 => DType::F32,
             Dtype::F16 => DType::F16,
             Dtype::BF16 => DType::BF16,
@@ -90,7 +90,9 @@ impl Weights {
                 ))
             }
         };
-        let t = crate::io::from_le_bytes(view.data(), shape, dtype)?;
+        let (start, end) = info.data_offsets;
+        let bytes = &self.map[self.data_start + start..self.data_start + end];
+        let t = crate::io::from_le_bytes(bytes, shape, dtype)?;
         if dtype == DType::F32 {
             Ok(t)
         } else {

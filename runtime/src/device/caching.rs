@@ -71,10 +71,11 @@ pub fn device_size_class(bytes: usize) -> usize {
     const ROUND_SMALL: usize = 512;
     const ROUND_LARGE: usize = 2 << 20;
     let b = bytes.max(1);
+    // saturating: an absurd request becomes a class the device refuses, never an overflow
     if b < SMALL {
         b.div_ceil(ROUND_SMALL) * ROUND_SMALL
     } else {
-        b.div_ceil(ROUND_LARGE) * ROUND_LARGE
+        b.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
     }
 }
 
@@ -281,7 +282,8 @@ mod tests {
 
     impl DeviceMemory for FakeDevice {
         fn allocate(&self, bytes: usize) -> Result<u64, String> {
-            if self.used.load(Ordering::SeqCst) + bytes > self.capacity {
+            let used = self.used.load(Ordering::SeqCst);
+            if used.checked_add(bytes).is_none_or(|u| u > self.capacity) {
                 return Err("out of memory".into());
             }
             self.used.fetch_add(bytes, Ordering::SeqCst);
@@ -308,6 +310,7 @@ mod tests {
         assert_eq!(device_size_class((1 << 20) - 1), 1 << 20);
         assert_eq!(device_size_class(1 << 20), 2 << 20);
         assert_eq!(device_size_class((2 << 20) + 1), 4 << 20);
+        assert_eq!(device_size_class(usize::MAX), usize::MAX);
     }
 
     #[test]
@@ -387,6 +390,8 @@ mod tests {
         assert_eq!((e.requested, e.class), (6 << 20, 6 << 20));
         assert_eq!(e.allocated, 4 << 20);
         assert!(e.to_string().contains("out of memory"), "{e}");
+        // an absurd size is the same typed error, not an overflow
+        assert!(a.alloc(usize::MAX, 0).is_err());
         drop(b);
     }
 
