@@ -11,6 +11,7 @@ pub mod kernels;
 pub(crate) mod math;
 pub mod nest_exec;
 pub mod plan;
+mod pool;
 
 pub use emit::{InnerAccess, Spec};
 pub use jit::{clif_text, jit_stats, KernelFn};

@@ -1,25 +1,59 @@
 //! Running a compiled loop nest on tensors: loop sizes and strides from the tensors' own
 //! layouts, dims collapsed where every buffer allows, the kernel specialised for the
 //! resulting inner-loop accesses (compiled on first use, cached), and the rows (or, for a
-//! few long rows, the inner range) split across threads.
+//! few long rows, the inner range) split across the kernel pool's threads when the work,
+//! estimated from the body's operations, is worth it.
 
 use super::emit::{InnerAccess, Spec};
 use super::jit::{compile, KernelFn};
+use super::pool;
 use crate::error::CodegenError;
 use crate::loops::{Expr, LoopNest};
 use kiln_ir::Dim;
+use kiln_ir::{BinaryOp, UnaryOp};
 use kiln_runtime::CpuTensor;
 use parking_lot::Mutex;
-use rayon::prelude::*;
 use std::collections::HashMap;
 
-/// Below this many elements a kernel runs on the calling thread.
-const PARALLEL_MIN: usize = 1 << 15;
+/// Below this much estimated work (see [`element_cost`]: about one vector lane-operation per
+/// unit, so some 3 µs on one core) a kernel runs on the calling thread alone.
+const PARALLEL_MIN_COST: usize = 1 << 15;
+/// From this much estimated work on, a kernel is cut into several chunks per thread (load
+/// balance); below it, one chunk per thread (least hand-over).
+const BALANCE_MIN_COST: usize = 1 << 21;
+
+/// The estimated work of one point of `nest` (row values are once per row and not counted):
+/// one unit per load, store or cheap op, more for divisions and the polynomial
+/// transcendentals (roughly their instruction counts in [`super::math`]).
+pub fn element_cost(nest: &LoopNest) -> usize {
+    let op_cost = |e: &Expr| match e {
+        Expr::Unary(op, _) => match op {
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => 1,
+            UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => 4,
+            UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu => 22,
+            UnaryOp::Log | UnaryOp::GeluTanh => 25,
+            UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Erf | UnaryOp::Gelu => 35,
+        },
+        Expr::Binary(BinaryOp::Div, ..) => 4,
+        Expr::Binary(BinaryOp::Pow, ..) => 60,
+        Expr::Const(_) | Expr::InnerLen => 0,
+        _ => 1,
+    };
+    let body: usize = nest
+        .body
+        .iter()
+        .filter(|s| !s.row)
+        .map(|s| op_cost(&s.expr))
+        .sum();
+    (body + nest.stores.len()).max(1)
+}
 
 /// A loop nest with its compiled specialisations.
 pub struct NestKernel {
     /// the nest
     pub nest: LoopNest,
+    /// the estimated work of one point ([`element_cost`])
+    cost: usize,
     /// true when the inner dim may merge with outer dims (no per-row values)
     flat: bool,
     compiled: Mutex<HashMap<Spec, KernelFn>>,
@@ -28,6 +62,8 @@ pub struct NestKernel {
 /// One call of a nest, prepared: addresses, strides, sizes and the kernel.
 pub(crate) struct PreparedCall {
     f: KernelFn,
+    /// the estimated work of one point
+    cost: usize,
     ptrs: Vec<usize>,
     strides: Vec<i64>,
     sizes: Vec<i64>,
@@ -55,18 +91,20 @@ impl PreparedCall {
         }
     }
 
-    /// Runs the whole nest, in parallel when it is large.
+    /// Runs the whole nest, in parallel when its estimated work is large enough.
     pub(crate) fn run(&self, reduces: bool) {
-        let total = self.rows.saturating_mul(self.inner.max(1));
-        let threads = rayon::current_num_threads();
-        if total < PARALLEL_MIN || threads == 1 || self.rows == 0 {
+        let points = self.rows.saturating_mul(self.inner.max(1));
+        let work = points.saturating_mul(self.cost);
+        let threads = pool::threads();
+        if work < PARALLEL_MIN_COST || threads == 1 || self.rows == 0 {
             self.call(0, self.rows, 0, self.inner);
             return;
         }
+        let per_thread = if work < BALANCE_MIN_COST { 1 } else { 4 };
         if self.rows >= 2 * threads || reduces {
-            let chunks = (threads * 4).min(self.rows);
+            let chunks = (threads * per_thread).min(self.rows);
             let per = self.rows.div_ceil(chunks);
-            (0..chunks).into_par_iter().for_each(|c| {
+            pool::run(chunks, &|c| {
                 let r0 = c * per;
                 let r1 = (r0 + per).min(self.rows);
                 if r0 < r1 {
@@ -74,14 +112,16 @@ impl PreparedCall {
                 }
             });
         } else {
-            let chunks = threads * 4;
-            let per = self.inner.div_ceil(chunks).next_multiple_of(64);
-            (0..chunks).into_par_iter().for_each(|c| {
-                let i0 = (c * per).min(self.inner);
+            // a few long rows: split the inner range, in whole vector blocks
+            let per = self
+                .inner
+                .div_ceil(threads * per_thread)
+                .next_multiple_of(64);
+            let chunks = self.inner.div_ceil(per);
+            pool::run(chunks, &|c| {
+                let i0 = c * per;
                 let i1 = (i0 + per).min(self.inner);
-                if i0 < i1 {
-                    self.call(0, self.rows, i0, i1);
-                }
+                self.call(0, self.rows, i0, i1);
             });
         }
     }
@@ -96,6 +136,7 @@ impl NestKernel {
                 .iter()
                 .all(|s| !s.row || matches!(s.expr, Expr::Const(_)));
         NestKernel {
+            cost: element_cost(&nest),
             nest,
             flat,
             compiled: Mutex::new(HashMap::new()),
@@ -219,6 +260,7 @@ impl NestKernel {
         sz.push(inner_size as i64);
         Ok(Some(PreparedCall {
             f,
+            cost: self.cost,
             ptrs: tensors.iter().map(|t| t.data_ptr() as usize).collect(),
             strides,
             sizes: sz,

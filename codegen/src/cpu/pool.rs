@@ -1,0 +1,270 @@
+//! A fork-join pool for the generated kernels, built for low latency: a kernel of a few
+//! microseconds (the `tiny` workload: 20 transcendental-heavy ops on 1024 floats) gains from
+//! a second core only if handing it half the work costs far less than that. Rayon wakes a
+//! sleeping worker through a futex (tens of microseconds here), so the nests use this pool.
+//!
+//! One job runs at a time. The caller publishes it and works on it too; idle workers spin
+//! for [`SPIN`] after their last job (as OpenMP runtimes do) and then sleep. Work is split
+//! into chunks that every participant claims from one counter, so a sleeping or descheduled
+//! worker never delays a job: its share is simply taken by the others. A caller that finds
+//! the pool busy (another thread's job) runs its chunks itself.
+
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long an idle worker waits for the next job, spinning, before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
+/// Spins between two looks at the clock (and a `yield_now`, so that a spinning worker gives
+/// its core to any other runnable thread).
+const SPINS_PER_CHECK: u32 = 256;
+
+/// A job: runs chunk `i`. Chunks run at most once each, in any order, on any participant.
+type Job<'a> = dyn Fn(usize) + Sync + 'a;
+
+/// The pool's shared state. `claim` packs the job's sequence number (high 32 bits) and the
+/// next unclaimed chunk (low 32); `count` packs the sequence number and the chunk count.
+/// Packing the sequence with the counters makes a late worker's claim on a finished job fail
+/// instead of taking a chunk of the next one.
+struct Shared {
+    claim: AtomicU64,
+    count: AtomicU64,
+    /// chunks of the current job finished
+    done: AtomicUsize,
+    /// the current job: a pointer to the caller's `&Job`, valid while a chunk is unfinished
+    job: AtomicPtr<()>,
+    /// held by the thread whose job is running
+    busy: AtomicBool,
+    /// workers sleeping (or about to) on `wake`
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+/// The pool: `workers` threads besides the callers.
+struct Pool {
+    shared: &'static Shared,
+    workers: usize,
+    /// the sequence number of the last job (used under `busy`)
+    seq: AtomicU64,
+}
+
+const LOW: u64 = 0xffff_ffff;
+
+impl Shared {
+    /// Claims a chunk of job `seq`: `None` when it has none left (or is no longer current).
+    fn claim(&self, seq: u64) -> Option<usize> {
+        let mut c = self.claim.load(Ordering::Acquire);
+        loop {
+            if c >> 32 != seq & LOW {
+                return None;
+            }
+            let n = self.count.load(Ordering::Acquire);
+            if n >> 32 != seq & LOW || (c & LOW) >= (n & LOW) {
+                return None;
+            }
+            match self
+                .claim
+                .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some((c & LOW) as usize),
+                Err(now) => c = now,
+            }
+        }
+    }
+
+    /// Runs chunks of job `seq` until none is left.
+    fn work(&self, seq: u64) {
+        while let Some(i) = self.claim(seq) {
+            // SAFETY: a chunk of job `seq` was claimed and is not finished, so its caller is
+            // still waiting in `Pool::run` and the `&Job` it published is alive; the pointer
+            // was stored before the claim counter that this claim read (release/acquire).
+            let job: &&Job = unsafe { &*(self.job.load(Ordering::Acquire) as *const &Job) };
+            job(i);
+            self.done.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// A worker's life: wait for a job (spinning, then sleeping), help with it, repeat.
+    fn worker(&self) {
+        let _abort_on_panic = AbortOnPanic;
+        let mut last = self.claim.load(Ordering::Acquire) >> 32;
+        loop {
+            let seq = self.wait_for_job(last);
+            self.work(seq);
+            last = seq;
+        }
+    }
+
+    /// Waits until a job newer than `last` is published; returns its sequence number.
+    fn wait_for_job(&self, last: u64) -> u64 {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let seq = self.claim.load(Ordering::Acquire) >> 32;
+            if seq != last {
+                return seq;
+            }
+            std::hint::spin_loop();
+            spins += 1;
+            if spins == SPINS_PER_CHECK {
+                spins = 0;
+                if start.elapsed() >= SPIN {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        let mut guard = self.lock.lock();
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let seq = loop {
+            let seq = self.claim.load(Ordering::SeqCst) >> 32;
+            if seq != last {
+                break seq;
+            }
+            self.wake.wait(&mut guard);
+        };
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        seq
+    }
+}
+
+impl Pool {
+    fn get() -> &'static Pool {
+        static POOL: OnceLock<Pool> = OnceLock::new();
+        POOL.get_or_init(|| {
+            let shared: &'static Shared = Box::leak(Box::new(Shared {
+                claim: AtomicU64::new(0),
+                count: AtomicU64::new(0),
+                done: AtomicUsize::new(0),
+                job: AtomicPtr::new(std::ptr::null_mut()),
+                busy: AtomicBool::new(false),
+                sleepers: AtomicUsize::new(0),
+                lock: Mutex::new(()),
+                wake: Condvar::new(),
+            }));
+            let wanted = rayon::current_num_threads().saturating_sub(1);
+            let mut workers = 0;
+            for i in 0..wanted {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("kiln-kernel-{i}"))
+                    .spawn(move || shared.worker());
+                // without a thread the pool is smaller, never wrong: callers do the work
+                if spawned.is_ok() {
+                    workers += 1;
+                }
+            }
+            Pool {
+                shared,
+                workers,
+                seq: AtomicU64::new(0),
+            }
+        })
+    }
+}
+
+/// The threads a job can run on: the pool's workers and the caller.
+pub(crate) fn threads() -> usize {
+    Pool::get().workers + 1
+}
+
+/// Runs `f(0)`, …, `f(chunks - 1)`, spread over the pool's workers and the calling thread,
+/// and returns when all have finished. Runs them all on the calling thread when there is one
+/// chunk, no worker, or another thread's job is running. `f` must not panic (the generated
+/// kernels it calls cannot); a panic aborts the process rather than leave a worker holding
+/// a dangling job.
+pub(crate) fn run(chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+    let pool = Pool::get();
+    let s = pool.shared;
+    if chunks <= 1
+        || pool.workers == 0
+        || chunks as u64 > LOW
+        || s.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
+        (0..chunks).for_each(f);
+        return;
+    }
+    let abort_on_panic = AbortOnPanic;
+    let seq = (pool.seq.load(Ordering::Relaxed) + 1) & LOW;
+    pool.seq.store(seq, Ordering::Relaxed);
+    let job: &Job = f;
+    s.job
+        .store(&job as *const &Job as *mut (), Ordering::Release);
+    s.done.store(0, Ordering::Release);
+    s.count.store(seq << 32 | chunks as u64, Ordering::Release);
+    s.claim.store(seq << 32, Ordering::SeqCst);
+    if s.sleepers.load(Ordering::SeqCst) > 0 {
+        let _guard = s.lock.lock();
+        s.wake.notify_all();
+    }
+    s.work(seq);
+    while s.done.load(Ordering::Acquire) < chunks {
+        std::hint::spin_loop();
+    }
+    s.busy.store(false, Ordering::Release);
+    std::mem::forget(abort_on_panic);
+}
+
+/// Aborts the process if dropped during a panic (see [`run`]).
+struct AbortOnPanic;
+
+impl Drop for AbortOnPanic {
+    fn drop(&mut self) {
+        std::process::abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn every_chunk_runs_once() {
+        for chunks in [0, 1, 2, 3, 7, 64, 1000] {
+            let hits: Vec<AtomicUsize> = (0..chunks).map(|_| AtomicUsize::new(0)).collect();
+            run(chunks, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "{chunks}"
+            );
+        }
+    }
+
+    #[test]
+    fn concurrent_callers_and_sleeping_workers_lose_no_chunk() {
+        let total = AtomicUsize::new(0);
+        std::thread::scope(|sc| {
+            for t in 0..4 {
+                let total = &total;
+                sc.spawn(move || {
+                    for round in 0..200 {
+                        if round % 50 == 0 {
+                            // let the workers fall asleep now and then
+                            std::thread::sleep(SPIN * 2);
+                        }
+                        let n = 1 + (round + t) % 9;
+                        run(n, &|_| {
+                            total.fetch_add(1, Ordering::Relaxed);
+                        });
+                    }
+                });
+            }
+        });
+        let expected: usize = (0..4)
+            .map(|t| (0..200).map(|r| 1 + (r + t) % 9).sum::<usize>())
+            .sum();
+        assert_eq!(total.load(Ordering::Relaxed), expected);
+    }
+
+    #[test]
+    fn threads_counts_the_caller() {
+        assert!(threads() >= 1);
+        assert_eq!(threads(), rayon::current_num_threads().max(1));
+    }
+}
