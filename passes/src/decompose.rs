@@ -43,6 +43,14 @@
 //! and `f64` compute in themselves. `linear` is never widened: `matmul` accumulates
 //! precisely already, and widening would copy the operands.
 //!
+//! [`DecomposeOptions::f64_reductions`] widens the `f32` composites that reduce (`mean`,
+//! `var`, `layer_norm`, `rms_norm`) to `f64` too. Programs run one kernel per op (fusion
+//! off) want it: there every intermediate is stored in its dtype, so in `f32` a row sum is
+//! rounded before the division by `n` (the mean of a constant row can be an ulp off, and
+//! its variance not exactly 0) and squares overflow once `|x|` passes ~1.8e19, where eager
+//! (which computes these in `f64`) stays finite. Fused kernels keep their sums and squares
+//! in `f64` registers and need no widening.
+//!
 //! # Symbolic dims
 //!
 //! When a reduced dim is symbolic (`Dim::Sym`, such as `B`), `n` is not a constant, so no
@@ -123,10 +131,23 @@ pub fn decomposition(op: &Op) -> Option<Decomposition> {
     })
 }
 
+/// How [`decompose_with`] decomposes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecomposeOptions {
+    /// compute `f32` `mean`, `var`, `layer_norm` and `rms_norm` in `f64` (see the module
+    /// docs: for programs run one kernel per op)
+    pub f64_reductions: bool,
+}
+
 /// Rebuilds `g` with every composite node replaced by its decomposition: inputs (names and
 /// order), the other nodes (in order, with their locations), the outputs and the graph's
 /// name are kept. The result verifies; it fails only when `g` itself does not verify.
 pub fn decompose(g: &Graph) -> Result<Graph, PassError> {
+    decompose_with(g, &DecomposeOptions::default())
+}
+
+/// [`decompose`] with options.
+pub fn decompose_with(g: &Graph, opts: &DecomposeOptions) -> Result<Graph, PassError> {
     let graph_err = |source| PassError::Graph { pass: PASS, source };
     verify(g).map_err(|e| unsupported(format!("the input graph does not verify: {e}")))?;
     let mut out = Graph::new(g.name());
@@ -151,7 +172,17 @@ pub fn decompose(g: &Graph) -> Result<Graph, PassError> {
                 s => Ok(*s),
             })
             .collect::<Result<Vec<Arg>, PassError>>()?;
-        let decomposed = match decomposition(&node.op) {
+        let chosen = match node.op {
+            _ if !opts.f64_reductions => decomposition(&node.op),
+            Op::LayerNorm { .. } => Some(layer_norm_f64 as Decomposition),
+            Op::RmsNorm { .. } => Some(rms_norm_f64 as Decomposition),
+            Op::Var { .. } => Some(var_f64 as Decomposition),
+            Op::Reduce {
+                op: ReduceOp::Mean, ..
+            } => Some(mean_f64 as Decomposition),
+            _ => decomposition(&node.op),
+        };
+        let decomposed = match chosen {
             Some(d) => match emit_checked(d, &mut out, node, &args) {
                 Ok(r) => Some(r),
                 Err(e) => {
@@ -460,11 +491,41 @@ fn trailing(ndim: usize) -> Vec<i64> {
     (-(ndim as i64)..0).collect()
 }
 
+/// The compute dtype of a reducing composite of `d` under
+/// [`DecomposeOptions::f64_reductions`].
+fn compute_dtype_f64(d: DType) -> DType {
+    if d == DType::F32 {
+        DType::F64
+    } else {
+        compute_dtype(d)
+    }
+}
+
 fn layer_norm(
     out: &mut Graph,
     node: &Node,
     args: &[Arg],
     loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    layer_norm_in(out, node, args, loc, compute_dtype)
+}
+
+fn layer_norm_f64(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    layer_norm_in(out, node, args, loc, compute_dtype_f64)
+}
+
+/// `layer_norm` computed in `wide(dtype)`.
+fn layer_norm_in(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+    wide: fn(DType) -> DType,
 ) -> Result<NodeId, PassError> {
     let Op::LayerNorm { ndim, eps } = node.op else {
         return Err(unsupported(format!("{} is not a layer_norm", node.op)));
@@ -473,7 +534,7 @@ fn layer_norm(
     let x = first(node, args)?;
     let dtype = e.ty(x)?.dtype;
     let dims = trailing(ndim);
-    let x = e.widen(x, dtype)?;
+    let x = e.cast(x, wide(dtype))?;
     let m = e.mean(x, &dims, true)?;
     let c = e.sub(x, m)?;
     let sq = e.mul(c, c)?;
@@ -482,11 +543,11 @@ fn layer_norm(
     let r = e.unary(UnaryOp::Rsqrt, ve)?;
     let mut y = e.mul(c, r)?;
     if let Some(&w) = args.get(1) {
-        let w = e.widen(w, dtype)?;
+        let w = e.cast(w, wide(dtype))?;
         y = e.mul(y, w)?;
     }
     if let Some(&b) = args.get(2) {
-        let b = e.widen(b, dtype)?;
+        let b = e.cast(b, wide(dtype))?;
         y = e.add(y, b)?;
     }
     e.finish(y, node)
@@ -498,6 +559,26 @@ fn rms_norm(
     args: &[Arg],
     loc: &Option<String>,
 ) -> Result<NodeId, PassError> {
+    rms_norm_in(out, node, args, loc, compute_dtype)
+}
+
+fn rms_norm_f64(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    rms_norm_in(out, node, args, loc, compute_dtype_f64)
+}
+
+/// `rms_norm` computed in `wide(dtype)`.
+fn rms_norm_in(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+    wide: fn(DType) -> DType,
+) -> Result<NodeId, PassError> {
     let Op::RmsNorm { ndim, eps } = node.op else {
         return Err(unsupported(format!("{} is not an rms_norm", node.op)));
     };
@@ -505,14 +586,14 @@ fn rms_norm(
     let x = first(node, args)?;
     let dtype = e.ty(x)?.dtype;
     let dims = trailing(ndim);
-    let x = e.widen(x, dtype)?;
+    let x = e.cast(x, wide(dtype))?;
     let sq = e.mul(x, x)?;
     let ms = e.mean(sq, &dims, true)?;
     let me = e.add(ms, lit(eps))?;
     let r = e.unary(UnaryOp::Rsqrt, me)?;
     let mut y = e.mul(x, r)?;
     if let Some(&w) = args.get(1) {
-        let w = e.widen(w, dtype)?;
+        let w = e.cast(w, wide(dtype))?;
         y = e.mul(y, w)?;
     }
     e.finish(y, node)
@@ -601,6 +682,26 @@ fn var(
     args: &[Arg],
     loc: &Option<String>,
 ) -> Result<NodeId, PassError> {
+    var_in(out, node, args, loc, compute_dtype)
+}
+
+fn var_f64(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    var_in(out, node, args, loc, compute_dtype_f64)
+}
+
+/// `var` computed in `wide(dtype)`.
+fn var_in(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+    wide: fn(DType) -> DType,
+) -> Result<NodeId, PassError> {
     let Op::Var {
         ref dims,
         correction,
@@ -612,7 +713,7 @@ fn var(
     let mut e = Emit { g: out, loc };
     let x = first(node, args)?;
     let t = e.ty(x)?.clone();
-    let x = e.widen(x, t.dtype)?;
+    let x = e.cast(x, wide(t.dtype))?;
     let m = e.mean(x, dims, true)?;
     let c = e.sub(x, m)?;
     let sq = e.mul(c, c)?;
@@ -626,7 +727,7 @@ fn var(
         Err((consts, syms)) => {
             // n is only known at run time: count it over the symbolic dims.
             let s = e.reduce(ReduceOp::Sum, sq, dims, keepdim)?;
-            let dtype = compute_dtype(t.dtype);
+            let dtype = wide(t.dtype);
             let ones = e.op(
                 Op::Full {
                     shape: syms,
@@ -650,6 +751,26 @@ fn mean(
     args: &[Arg],
     loc: &Option<String>,
 ) -> Result<NodeId, PassError> {
+    mean_in(out, node, args, loc, compute_dtype)
+}
+
+fn mean_f64(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    mean_in(out, node, args, loc, compute_dtype_f64)
+}
+
+/// `mean` computed in `wide(dtype)`.
+fn mean_in(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+    wide: fn(DType) -> DType,
+) -> Result<NodeId, PassError> {
     let Op::Reduce {
         op: ReduceOp::Mean,
         ref dims,
@@ -663,7 +784,7 @@ fn mean(
     let t = e.ty(x)?.clone();
     let y = match count(&t.shape, dims) {
         Ok(_) => {
-            let x = e.widen(x, t.dtype)?;
+            let x = e.cast(x, wide(t.dtype))?;
             e.mean(x, dims, keepdim)?
         }
         // A symbolic reduced dim: `mean` stays a primitive.

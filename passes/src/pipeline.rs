@@ -2,7 +2,7 @@
 //! and debug builds), and `KILN_LOGS=passes` logging each pass's name, time and node
 //! counts (as `tracing` events with target `kiln::passes`).
 
-use crate::decompose::decompose;
+use crate::decompose::{decompose_with, DecomposeOptions};
 use crate::egraph::{optimize, OptimizeOptions};
 use crate::PassError;
 use kiln_ir::Graph;
@@ -13,6 +13,8 @@ use std::time::Instant;
 pub struct PassOptions {
     /// limits and switches of the e-graph passes
     pub egraph: OptimizeOptions,
+    /// how `decompose` decomposes
+    pub decompose: DecomposeOptions,
 }
 
 /// A pass: a named function from graph to graph.
@@ -26,8 +28,8 @@ pub struct Pass {
     pub run: fn(&Graph, &PassOptions) -> Result<Graph, PassError>,
 }
 
-fn run_decompose(g: &Graph, _: &PassOptions) -> Result<Graph, PassError> {
-    decompose(g)
+fn run_decompose(g: &Graph, o: &PassOptions) -> Result<Graph, PassError> {
+    decompose_with(g, &o.decompose)
 }
 
 fn run_simplify(g: &Graph, o: &PassOptions) -> Result<Graph, PassError> {

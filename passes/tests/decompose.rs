@@ -12,7 +12,9 @@ use kiln_ir::{
     rng, verify, Arg, BinaryOp, DType, Dim, Graph, InplaceOp, NodeId, Op, ReduceOp, Scalar, Shape,
     TensorType, UnaryOp,
 };
-use kiln_passes::decompose::{decompose, decomposition, DECOMPOSED};
+use kiln_passes::decompose::{
+    decompose, decompose_with, decomposition, DecomposeOptions, DECOMPOSED,
+};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -1022,4 +1024,104 @@ fn random_graphs_hold_composites_and_mostly_match_outright() {
         outright >= total as usize * 9 / 10,
         "only {outright} of {total} match outright"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// f64 reductions (one kernel per op)
+
+fn decompose_f64(g: &Graph) -> Graph {
+    decompose_with(
+        g,
+        &DecomposeOptions {
+            f64_reductions: true,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn snapshot_layer_norm_in_f64() {
+    let g = parse_graph(
+        "graph @ln(%x: f32[2,16], %w: f32[16], %b: f32[16]) -> f32[2,16] {
+  %0 = layer_norm %x, %w, %b {ndim = 1, eps = 1e-5} : f32[2,16]
+  return %0
+}",
+    )
+    .unwrap();
+    let d = decompose_f64(&g);
+    structural(&g, &d);
+    insta::assert_snapshot!(print_graph(&d));
+}
+
+#[test]
+fn f64_reductions_widen_only_f32_means_variances_and_norms() {
+    // f32 mean, var, layer_norm and rms_norm compute in f64; softmax stays f32; f16 norms
+    // compute in f32 as without the option; f64 ones are unchanged
+    let widened = [
+        Op::Reduce {
+            op: ReduceOp::Mean,
+            dims: vec![-1],
+            keepdim: false,
+        },
+        Op::Var {
+            dims: vec![-1],
+            correction: 1,
+            keepdim: true,
+        },
+        Op::LayerNorm { ndim: 1, eps: 1e-5 },
+        Op::RmsNorm { ndim: 1, eps: 1e-6 },
+    ];
+    for op in widened {
+        let g = single(op.clone(), &[tt(DType::F32, "3,8")]);
+        let d = decompose_f64(&g);
+        structural(&g, &d);
+        let text = print_graph(&d);
+        assert!(text.contains("cast %x {dtype = f64}"), "{op}:\n{text}");
+        assert_ne!(text, print_graph(&decompose(&g).unwrap()), "{op}");
+        for dtype in [DType::F16, DType::F64] {
+            let g = single(op.clone(), &[tt(dtype, "3,8")]);
+            assert_eq!(
+                print_graph(&decompose_f64(&g)),
+                print_graph(&decompose(&g).unwrap()),
+                "{op} of {dtype}"
+            );
+        }
+    }
+    let g = single(Op::Softmax { dim: -1 }, &[tt(DType::F32, "3,8")]);
+    assert_eq!(
+        print_graph(&decompose_f64(&g)),
+        print_graph(&decompose(&g).unwrap())
+    );
+}
+
+#[test]
+fn f64_reductions_keep_constant_rows_exact_and_large_rows_finite() {
+    // each op evaluated alone stands for one kernel: its f32 result is what the next reads
+    let g = parse_graph(
+        "graph @t(%x: f32[2,5]) -> (f32[2,5], f32[2,5]) {
+  %0 = layer_norm %x {ndim = 1, eps = 1e-5} : f32[2,5]
+  %1 = rms_norm %x {ndim = 1, eps = 1e-6} : f32[2,5]
+  return %0, %1
+}",
+    )
+    .unwrap();
+    let d = decompose_f64(&g);
+    let x = Value::new(
+        DType::F32,
+        vec![2, 5],
+        vec![0.1, 0.1, 0.1, 0.1, 0.1, 3e20, -3e20, 1e20, 2e20, -1e20],
+    )
+    .unwrap();
+    let want = eval(&g, std::slice::from_ref(&x)).unwrap();
+    let got = eval(&d, &[x]).unwrap();
+    for (w, g) in want.iter().zip(&got) {
+        for (a, b) in w.data.iter().zip(&g.data) {
+            assert!(
+                b.is_finite() && (a - b).abs() <= 1e-6 * a.abs().max(1.0),
+                "{a} vs {b}"
+            );
+        }
+    }
+    // the constant row normalises to exactly 0
+    assert!(got[0].data[..5].iter().all(|v| *v == 0.0), "{:?}", got[0]);
 }

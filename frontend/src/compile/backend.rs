@@ -267,25 +267,23 @@ impl CpuExecutable {
             function: g.name().to_string(),
             reason,
         };
-        let passes: &[&str] = if fusion {
-            &["decompose", "fuse"]
-        } else {
-            &["decompose"]
-        };
-        let build = |passes: &[&str]| -> Result<CpuPlan> {
-            let opt = run_passes(g, passes, &PassOptions::default(), false)
-                .map_err(|e| err(e.to_string()))?;
+        let build = |fusion: bool| -> Result<CpuPlan> {
+            // one kernel per op stores every intermediate in its dtype: f32 means, variances
+            // and norms then decompose in f64, as eager computes them (fused kernels keep
+            // their sums in f64 registers)
+            let (passes, opts): (&[&str], PassOptions) = if fusion {
+                (&["decompose", "fuse"], PassOptions::default())
+            } else {
+                let mut opts = PassOptions::default();
+                opts.decompose.f64_reductions = true;
+                (&["decompose"], opts)
+            };
+            let opt = run_passes(g, passes, &opts, false).map_err(|e| err(e.to_string()))?;
             let s = schedule(&opt).map_err(|e| err(e.to_string()))?;
             CpuPlan::new(&s).map_err(|e| err(e.to_string()))
         };
         // a fused program that cannot be scheduled falls back to one kernel per op
-        let plan = build(passes).or_else(|e| {
-            if fusion {
-                build(&["decompose"])
-            } else {
-                Err(e)
-            }
-        })?;
+        let plan = build(fusion).or_else(|e| if fusion { build(false) } else { Err(e) })?;
         Ok(CpuExecutable { plan })
     }
 }
