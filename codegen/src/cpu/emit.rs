@@ -199,25 +199,11 @@ pub(crate) fn emit_nest(
         .collect();
     let inner_len = b.ins().fcvt_from_sint(types::F32, sizes[k]);
 
-    // the row loop
-    let r = b.declare_var(types::I64);
-    b.def_var(r, r0);
-    let hdr = b.create_block();
-    let body = b.create_block();
-    let exit = b.create_block();
-    b.ins().jump(hdr, &[]);
-    b.switch_to_block(hdr);
-    let rv = b.use_var(r);
-    let more = b.ins().icmp(IntCC::SignedLessThan, rv, r1);
-    b.ins().brif(more, body, &[], exit, &[]);
-    b.switch_to_block(body);
-    let rv = b.use_var(r);
-    let base = row_bases(&mut b, rv, &ptrs, &outer_strides, &sizes[..k]);
     let mut e = Emitter {
         nest,
         spec,
         math,
-        base,
+        base: Vec::new(),
         inner_stride,
         inner_len,
         inner_len_i: sizes[k],
@@ -226,26 +212,83 @@ pub(crate) fn emit_nest(
         ptr_cache: Default::default(),
         norm64: norm_chains(nest),
     };
+    let r = b.declare_var(types::I64);
+    b.def_var(r, r0);
+    let hdr = b.create_block();
+    let body = b.create_block();
+    let exit = b.create_block();
+
+    // row groups: `g` rows at a time while that many are left
+    let g = row_group(nest, spec);
+    if g > 1 {
+        let (ghdr, gbody) = (b.create_block(), b.create_block());
+        b.ins().jump(ghdr, &[]);
+        b.switch_to_block(ghdr);
+        let rv = b.use_var(r);
+        let last = b.ins().iadd_imm_s(rv, g);
+        let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, last, r1);
+        b.ins().brif(fits, gbody, &[], hdr, &[]);
+        b.switch_to_block(gbody);
+        let rv = b.use_var(r);
+        let mut rows: Vec<RowState> = (0..g)
+            .map(|j| {
+                let rj = if j == 0 {
+                    rv
+                } else {
+                    b.ins().iadd_imm_s(rv, j)
+                };
+                RowState {
+                    base: row_bases(&mut b, rj, &ptrs, &outer_strides, &sizes[..k]),
+                    ..RowState::default()
+                }
+            })
+            .collect();
+        for phase in &nest.phases {
+            match phase {
+                Phase::Inner {
+                    point,
+                    reduces,
+                    stores,
+                } => {
+                    // each row keeps its own unroll: more chains in flight, measured faster
+                    // than dividing it among the rows (reduce 1.60 ms against 1.94)
+                    let u = unroll(nest, point, reduces);
+                    e.inner_loop_rows(&mut b, &mut rows, point, reduces, stores, (i0, i1), u);
+                }
+                _ => {
+                    for row in &mut rows {
+                        e.with_row(row, |e| e.row_phase(&mut b, phase));
+                    }
+                }
+            }
+        }
+        let next = b.ins().iadd_imm_s(rv, g);
+        b.def_var(r, next);
+        b.ins().jump(ghdr, &[]);
+    } else {
+        b.ins().jump(hdr, &[]);
+    }
+
+    // the row loop, one row at a time
+    b.switch_to_block(hdr);
+    let rv = b.use_var(r);
+    let more = b.ins().icmp(IntCC::SignedLessThan, rv, r1);
+    b.ins().brif(more, body, &[], exit, &[]);
+    b.switch_to_block(body);
+    let rv = b.use_var(r);
+    let mut row = RowState {
+        base: row_bases(&mut b, rv, &ptrs, &outer_strides, &sizes[..k]),
+        ..RowState::default()
+    };
+    e.swap_row(&mut row);
     for phase in &nest.phases {
         match phase {
-            Phase::Row(vs) => {
-                for &v in vs {
-                    let x = e.row_value(&mut b, v);
-                    e.row.insert(v, x);
-                }
-            }
-            Phase::RowStores(ss) => {
-                for &s in ss {
-                    let st = nest.stores[s];
-                    let x = e.row[&st.value];
-                    b.ins().store(flags(), x, e.base[st.buffer], 0);
-                }
-            }
             Phase::Inner {
                 point,
                 reduces,
                 stores,
             } => e.inner_loop(&mut b, point, reduces, stores, i0, i1),
+            _ => e.row_phase(&mut b, phase),
         }
     }
     let next = b.ins().iadd_imm_s(rv, 1);
@@ -256,6 +299,23 @@ pub(crate) fn emit_nest(
     b.seal_all_blocks();
     b.finalize(module_config(module));
     Ok(())
+}
+
+/// Rows a row kernel works on at once (1: one at a time). Reading several rows together
+/// gives the core several memory streams to prefetch at once: in a plain Rust loop over
+/// the reduce workload's 16 KiB rows, one stream per core read ~11-14 GB/s from L3, four
+/// ~16-20. Measured on the compiled workloads (median of 100 calls, 2 cores): reduce
+/// 2.44 → 1.60 ms, layernorm 2.96 → 2.55, softmax 5.5 → 4.8. Pointwise nests have no rows
+/// worth grouping (their dims merge into one long inner loop). `KILN_ROW_GROUP` overrides
+/// it, for measurements.
+fn row_group(nest: &LoopNest, spec: &Spec) -> i64 {
+    if !nest.reduces || spec.outer == 0 {
+        return 1;
+    }
+    std::env::var("KILN_ROW_GROUP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4)
 }
 
 fn module_config(module: &JITModule) -> cranelift_codegen::isa::TargetFrontendConfig {
@@ -833,6 +893,43 @@ impl Emitter<'_> {
     }
 
     /// One inner loop: vector body unrolled, scalar tail, then the reductions' results.
+    /// A phase of row values or row stores, for the current row.
+    fn row_phase(&mut self, b: &mut FunctionBuilder, phase: &Phase) {
+        match phase {
+            Phase::Row(vs) => {
+                for &v in vs {
+                    let x = self.row_value(b, v);
+                    self.row.insert(v, x);
+                }
+            }
+            Phase::RowStores(ss) => {
+                for &s in ss {
+                    let st = self.nest.stores[s];
+                    let x = self.row[&st.value];
+                    b.ins().store(flags(), x, self.base[st.buffer], 0);
+                }
+            }
+            Phase::Inner { .. } => unreachable!("inner phases have their own loop"),
+        }
+    }
+
+    /// Swaps the emitter's per-row state with `s` (to emit another row's code).
+    fn swap_row(&mut self, s: &mut RowState) {
+        std::mem::swap(&mut self.base, &mut s.base);
+        std::mem::swap(&mut self.row, &mut s.row);
+        std::mem::swap(&mut self.row64, &mut s.row64);
+        std::mem::swap(&mut self.ptr_cache, &mut s.ptr_cache);
+    }
+
+    /// Runs `f` with `s` swapped in as the current row.
+    fn with_row<T>(&mut self, s: &mut RowState, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.swap_row(s);
+        let t = f(self);
+        self.swap_row(s);
+        t
+    }
+
+    /// The inner loop of one phase for the current row.
     fn inner_loop(
         &mut self,
         b: &mut FunctionBuilder,
@@ -843,7 +940,89 @@ impl Emitter<'_> {
         i1: Value,
     ) {
         let u = unroll(self.nest, point, reduces);
-        // splats of the row values this loop reads
+        let mut one = [RowState::default()];
+        self.swap_row(&mut one[0]);
+        self.inner_loop_rows(b, &mut one, point, reduces, stores, (i0, i1), u);
+        self.swap_row(&mut one[0]);
+    }
+
+    /// The inner loop of one phase for the rows of `rows` at once: one loop whose every
+    /// iteration does `u` vectors of each row (a row group reads several rows' memory
+    /// streams concurrently), then each row's scalar tail and its totals.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the phase's parts, passed through"
+    )]
+    fn inner_loop_rows(
+        &mut self,
+        b: &mut FunctionBuilder,
+        rows: &mut [RowState],
+        point: &[ValueId],
+        reduces: &[ValueId],
+        stores: &[usize],
+        (i0, i1): (Value, Value),
+        u: i64,
+    ) {
+        let locals: Vec<LoopLocals> = rows
+            .iter_mut()
+            .map(|r| self.with_row(r, |e| e.loop_locals(b, point, reduces, stores, u)))
+            .collect();
+        let i = b.declare_var(types::I64);
+        b.def_var(i, i0);
+        let span = b.ins().isub(i1, i0);
+        let vec_span = b.ins().band_imm_s(span, !(LANES * u - 1));
+        let vec_end = b.ins().iadd(i0, vec_span);
+        let (vhdr, vbody, thdr, tbody, done) = (
+            b.create_block(),
+            b.create_block(),
+            b.create_block(),
+            b.create_block(),
+            b.create_block(),
+        );
+        b.ins().jump(vhdr, &[]);
+        // vector loop
+        b.switch_to_block(vhdr);
+        let iv = b.use_var(i);
+        let c = b.ins().icmp(IntCC::SignedLessThan, iv, vec_end);
+        b.ins().brif(c, vbody, &[], thdr, &[]);
+        b.switch_to_block(vbody);
+        let iv = b.use_var(i);
+        for (r, l) in rows.iter_mut().zip(&locals) {
+            self.with_row(r, |e| e.vector_step(b, point, reduces, stores, iv, u, l));
+        }
+        let next = b.ins().iadd_imm_s(iv, LANES * u);
+        b.def_var(i, next);
+        b.ins().jump(vhdr, &[]);
+        // scalar tail
+        b.switch_to_block(thdr);
+        let iv = b.use_var(i);
+        let c = b.ins().icmp(IntCC::SignedLessThan, iv, i1);
+        b.ins().brif(c, tbody, &[], done, &[]);
+        b.switch_to_block(tbody);
+        let iv = b.use_var(i);
+        for (r, l) in rows.iter_mut().zip(&locals) {
+            self.with_row(r, |e| e.scalar_step(b, point, reduces, stores, iv, l));
+        }
+        let next = b.ins().iadd_imm_s(iv, 1);
+        b.def_var(i, next);
+        b.ins().jump(thdr, &[]);
+        // combine the accumulators: across the unrolled copies, across lanes, then the tail
+        b.switch_to_block(done);
+        for (r, l) in rows.iter_mut().zip(&locals) {
+            self.with_row(r, |e| e.combine(b, point, reduces, (i0, i1), l));
+        }
+    }
+
+    /// The current row's splats of the row values a loop reads (and reciprocals of row
+    /// divisors), and its accumulators, emitted before the loop.
+    fn loop_locals(
+        &mut self,
+        b: &mut FunctionBuilder,
+        point: &[ValueId],
+        reduces: &[ValueId],
+        stores: &[usize],
+        u: i64,
+    ) -> LoopLocals {
         let mut splats: HashMap<ValueId, Value> = HashMap::new();
         let mut needs: Vec<ValueId> = Vec::new();
         for &v in point {
@@ -873,7 +1052,6 @@ impl Emitter<'_> {
                 }
             }
         }
-        // accumulators
         let mut vacc: Vec<Vec<Variable>> = Vec::new();
         let mut sacc: Vec<Variable> = Vec::new();
         for &r in reduces {
@@ -900,33 +1078,32 @@ impl Emitter<'_> {
             b.def_var(s, id);
             sacc.push(s);
         }
-        let i = b.declare_var(types::I64);
-        b.def_var(i, i0);
-        let span = b.ins().isub(i1, i0);
-        let vec_span = b.ins().band_imm_s(span, !(LANES * u - 1));
-        let vec_end = b.ins().iadd(i0, vec_span);
-        let (vhdr, vbody, thdr, tbody, done) = (
-            b.create_block(),
-            b.create_block(),
-            b.create_block(),
-            b.create_block(),
-            b.create_block(),
-        );
-        b.ins().jump(vhdr, &[]);
-        // vector loop
-        b.switch_to_block(vhdr);
-        let iv = b.use_var(i);
-        let c = b.ins().icmp(IntCC::SignedLessThan, iv, vec_end);
-        b.ins().brif(c, vbody, &[], thdr, &[]);
-        b.switch_to_block(vbody);
-        let iv = b.use_var(i);
+        LoopLocals { splats, vacc, sacc }
+    }
+
+    /// One vector iteration for the current row: `u` vectors from inner index `iv`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the phase's parts, passed through"
+    )]
+    fn vector_step(
+        &mut self,
+        b: &mut FunctionBuilder,
+        point: &[ValueId],
+        reduces: &[ValueId],
+        stores: &[usize],
+        iv: Value,
+        u: i64,
+        l: &LoopLocals,
+    ) {
+        let splats = &l.splats;
         let iks: Vec<(Value, i64)> = (0..u).map(|k| (iv, k)).collect();
-        let copies = self.point_values(b, point, &iks, Width::Vector, &splats);
+        let copies = self.point_values(b, point, &iks, Width::Vector, splats);
         for (ri, &r) in reduces.iter().enumerate() {
             let (op, x) = self.reduce_op(r);
             let xs: Vec<Value> = copies
                 .iter()
-                .map(|vals| self.lookup(x, Width::Vector, vals, &splats))
+                .map(|vals| self.lookup(x, Width::Vector, vals, splats))
                 .collect();
             if is_sum(op) {
                 // the copies summed pairwise in f32 (a power-of-two tree: a row of equal
@@ -934,77 +1111,87 @@ impl Emitter<'_> {
                 let xv = pairwise(b, xs, |b, p, q| b.ins().fadd(p, q));
                 let (lo, hi) = widen(b, xv);
                 for (j, h) in [lo, hi].into_iter().enumerate() {
-                    let var = vacc[ri][j];
+                    let var = l.vacc[ri][j];
                     let acc = b.use_var(var);
                     let n = b.ins().fadd(acc, h);
                     b.def_var(var, n);
                 }
             } else {
                 for (k, xv) in xs.into_iter().enumerate() {
-                    let acc = b.use_var(vacc[ri][k]);
+                    let acc = b.use_var(l.vacc[ri][k]);
                     let n = self.math.binary(b, reduce_binary(op), acc, xv);
-                    b.def_var(vacc[ri][k], n);
+                    b.def_var(l.vacc[ri][k], n);
                 }
             }
         }
         for (k, vals) in copies.iter().enumerate() {
             for &s in stores {
                 let st = self.nest.stores[s];
-                let x = self.lookup(st.value, Width::Vector, vals, &splats);
+                let x = self.lookup(st.value, Width::Vector, vals, splats);
                 self.store(b, st.buffer, (iv, k as i64), x, Width::Vector);
             }
         }
-        let next = b.ins().iadd_imm_s(iv, LANES * u);
-        b.def_var(i, next);
-        b.ins().jump(vhdr, &[]);
-        // scalar tail
-        b.switch_to_block(thdr);
-        let iv = b.use_var(i);
-        let c = b.ins().icmp(IntCC::SignedLessThan, iv, i1);
-        b.ins().brif(c, tbody, &[], done, &[]);
-        b.switch_to_block(tbody);
-        let iv = b.use_var(i);
+    }
+
+    /// One scalar (tail) iteration for the current row, at inner index `iv`.
+    fn scalar_step(
+        &mut self,
+        b: &mut FunctionBuilder,
+        point: &[ValueId],
+        reduces: &[ValueId],
+        stores: &[usize],
+        iv: Value,
+        l: &LoopLocals,
+    ) {
+        let splats = &l.splats;
         let vals = self
-            .point_values(b, point, &[(iv, 0)], Width::Scalar, &splats)
+            .point_values(b, point, &[(iv, 0)], Width::Scalar, splats)
             .pop()
             .expect("one copy");
         for (ri, &r) in reduces.iter().enumerate() {
             let (op, x) = self.reduce_op(r);
-            let xv = self.lookup(x, Width::Scalar, &vals, &splats);
-            let acc = b.use_var(sacc[ri]);
+            let xv = self.lookup(x, Width::Scalar, &vals, splats);
+            let acc = b.use_var(l.sacc[ri]);
             let n = if is_sum(op) {
                 let w = b.ins().fpromote(types::F64, xv);
                 b.ins().fadd(acc, w)
             } else {
                 self.math.binary(b, reduce_binary(op), acc, xv)
             };
-            b.def_var(sacc[ri], n);
+            b.def_var(l.sacc[ri], n);
         }
         for &s in stores {
             let st = self.nest.stores[s];
-            let x = self.lookup(st.value, Width::Scalar, &vals, &splats);
+            let x = self.lookup(st.value, Width::Scalar, &vals, splats);
             self.store(b, st.buffer, (iv, 0), x, Width::Scalar);
         }
-        let next = b.ins().iadd_imm_s(iv, 1);
-        b.def_var(i, next);
-        b.ins().jump(thdr, &[]);
-        // combine the accumulators: across the unrolled copies, across lanes, then the tail
-        b.switch_to_block(done);
+    }
+
+    /// The current row's totals after the loop: the accumulators combined across the
+    /// unrolled copies, across lanes, then with the tail's.
+    fn combine(
+        &mut self,
+        b: &mut FunctionBuilder,
+        point: &[ValueId],
+        reduces: &[ValueId],
+        (i0, i1): (Value, Value),
+        l: &LoopLocals,
+    ) {
         for (ri, &r) in reduces.iter().enumerate() {
             let (op, _) = self.reduce_op(r);
             if is_sum(op) {
-                let mut v = b.use_var(vacc[ri][0]);
-                for &acc in &vacc[ri][1..] {
+                let mut v = b.use_var(l.vacc[ri][0]);
+                for &acc in &l.vacc[ri][1..] {
                     let o = b.use_var(acc);
                     v = b.ins().fadd(v, o);
                 }
                 let l0 = b.ins().extractlane(v, 0);
                 let l1 = b.ins().extractlane(v, 1);
                 let s = b.ins().fadd(l0, l1);
-                let t = b.use_var(sacc[ri]);
+                let t = b.use_var(l.sacc[ri]);
                 let mut total = b.ins().fadd(s, t);
                 if let Some(&c) = self.norm64.squares.get(&r) {
-                    total = self.norm_squares_f64(b, total, c, point, &splats, i0, i1);
+                    total = self.norm_squares_f64(b, total, c, point, &l.splats, i0, i1);
                 }
                 self.row64.insert(r, total);
                 let total = b.ins().fdemote(types::F32, total);
@@ -1012,21 +1199,38 @@ impl Emitter<'_> {
                 continue;
             }
             let f = reduce_binary(op);
-            let mut v = b.use_var(vacc[ri][0]);
-            for &acc in &vacc[ri][1..] {
+            let mut v = b.use_var(l.vacc[ri][0]);
+            for &acc in &l.vacc[ri][1..] {
                 let o = b.use_var(acc);
                 v = self.math.binary(b, f, v, o);
             }
-            let l: Vec<Value> = (0..LANES as u8)
+            let lanes: Vec<Value> = (0..LANES as u8)
                 .map(|j| b.ins().extractlane(v, j))
                 .collect();
-            let a = self.math.binary(b, f, l[0], l[1]);
-            let c = self.math.binary(b, f, l[2], l[3]);
+            let a = self.math.binary(b, f, lanes[0], lanes[1]);
+            let c = self.math.binary(b, f, lanes[2], lanes[3]);
             let s = self.math.binary(b, f, a, c);
-            let t = b.use_var(sacc[ri]);
+            let t = b.use_var(l.sacc[ri]);
             let total = self.math.binary(b, f, s, t);
             self.row.insert(r, total);
         }
         let _ = Role::Input;
     }
+}
+
+/// The emitter's per-row state (see [`Emitter::swap_row`]).
+#[derive(Default)]
+struct RowState {
+    base: Vec<Value>,
+    row: HashMap<ValueId, Value>,
+    row64: HashMap<ValueId, Value>,
+    ptr_cache: std::cell::RefCell<HashMap<(usize, Value), Value>>,
+}
+
+/// One inner loop's per-row values: the splats of row values it reads and its
+/// accumulators.
+struct LoopLocals {
+    splats: HashMap<ValueId, Value>,
+    vacc: Vec<Vec<Variable>>,
+    sacc: Vec<Variable>,
 }
