@@ -2765,3 +2765,48 @@ fused_and_unfused! {
     symbolic_dims,
     random_programs,
 }
+
+/// One compiled function called on alternating layouts of its inputs (contiguous,
+/// transposed views, another shape, contiguous again): every generated kernel reuses the
+/// layout of its last call only while shapes and strides repeat, so each call must match
+/// eager whatever came before it.
+#[test]
+fn alternating_layouts_reuse_no_stale_kernel_layout() {
+    let f = |x: &[Tensor]| -> kiln::Result<Vec<Tensor>> {
+        let p = x[0].mul(2.0)?.add(&x[1])?.tanh()?;
+        Ok(vec![p.sum(&[-1], false)?, p])
+    };
+    let cf = compile_with(f, cpu_options(true));
+    let make = |rows: usize, cols: usize, transposed: bool, seed: u64| -> Vec<Tensor> {
+        (0..2)
+            .map(|i| {
+                let s = seed + i;
+                if transposed {
+                    normal(&[cols, rows], s).transpose(0, 1).unwrap()
+                } else {
+                    normal(&[rows, cols], s)
+                }
+            })
+            .collect()
+    };
+    let calls = [
+        (5, 7, false),
+        (5, 7, true),
+        (5, 7, false),
+        (67, 33, false),
+        (67, 33, true),
+        (5, 7, true),
+        (5, 7, true),
+    ];
+    for (i, &(rows, cols, transposed)) in calls.iter().enumerate() {
+        let xs = make(rows, cols, transposed, 40 + 2 * i as u64);
+        let got = cf.call(&xs).unwrap();
+        let want = f(&xs).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.shape(), w.shape(), "call {i}");
+            normwise(g, w).unwrap_or_else(|m| {
+                panic!("call {i} ({rows}x{cols}, transposed {transposed}): {m}")
+            });
+        }
+    }
+}

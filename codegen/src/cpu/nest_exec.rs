@@ -13,7 +13,9 @@ use kiln_ir::Dim;
 use kiln_ir::{BinaryOp, UnaryOp};
 use kiln_runtime::CpuTensor;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Below this much estimated work (see [`element_cost`]: about one vector lane-operation per
 /// unit, so some 3 µs on one core) a kernel runs on the calling thread alone.
@@ -57,16 +59,42 @@ pub struct NestKernel {
     /// true when the inner dim may merge with outer dims (no per-row values)
     flat: bool,
     compiled: Mutex<HashMap<Spec, KernelFn>>,
+    /// the layout of the last call, reused while the tensors' shapes and strides repeat
+    last: Mutex<Option<Arc<CallLayout>>>,
+}
+
+/// Everything of a prepared call but the addresses, for one set of shapes and strides:
+/// computing it (dims collapsed, the specialisation found) allocates, so a plan called
+/// again on the same layouts reuses it.
+struct CallLayout {
+    /// per tensor, the shape and strides it was made for
+    key: Vec<(SmallVec<[usize; 4]>, SmallVec<[isize; 4]>)>,
+    keep_inner: bool,
+    f: KernelFn,
+    strides: Vec<i64>,
+    sizes: Vec<i64>,
+    rows: usize,
+    inner: usize,
+}
+
+impl CallLayout {
+    fn matches(&self, tensors: &[&CpuTensor], keep_inner: bool) -> bool {
+        self.keep_inner == keep_inner
+            && self.key.len() == tensors.len()
+            && self
+                .key
+                .iter()
+                .zip(tensors)
+                .all(|((sh, st), t)| sh.as_slice() == t.shape() && st.as_slice() == t.strides())
+    }
 }
 
 /// One call of a nest, prepared: addresses, strides, sizes and the kernel.
 pub(crate) struct PreparedCall {
-    f: KernelFn,
     /// the estimated work of one point
     cost: usize,
-    ptrs: Vec<usize>,
-    strides: Vec<i64>,
-    sizes: Vec<i64>,
+    ptrs: SmallVec<[usize; 8]>,
+    layout: Arc<CallLayout>,
     /// rows (product of the outer sizes) and the inner length
     pub rows: usize,
     pub inner: usize,
@@ -79,10 +107,10 @@ impl PreparedCall {
         // element is in bounds (their layouts were checked when they were made); outputs
         // are buffers this plan owns, written at distinct indices by distinct calls.
         unsafe {
-            (self.f)(
+            (self.layout.f)(
                 self.ptrs.as_ptr() as *const *mut u8,
-                self.strides.as_ptr(),
-                self.sizes.as_ptr(),
+                self.layout.strides.as_ptr(),
+                self.layout.sizes.as_ptr(),
                 r0 as i64,
                 r1 as i64,
                 i0 as i64,
@@ -140,6 +168,7 @@ impl NestKernel {
             nest,
             flat,
             compiled: Mutex::new(HashMap::new()),
+            last: Mutex::new(None),
         }
     }
 
@@ -175,6 +204,38 @@ impl NestKernel {
         tensors: &[&CpuTensor],
         keep_inner: bool,
     ) -> Result<Option<PreparedCall>, CodegenError> {
+        let reuse = self
+            .last
+            .lock()
+            .as_ref()
+            .filter(|l| l.matches(tensors, keep_inner))
+            .cloned();
+        let layout = match reuse {
+            Some(l) => l,
+            None => match self.layout(tensors, keep_inner)? {
+                Some(l) => {
+                    let l = Arc::new(l);
+                    *self.last.lock() = Some(Arc::clone(&l));
+                    l
+                }
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(PreparedCall {
+            cost: self.cost,
+            ptrs: tensors.iter().map(|t| t.data_ptr() as usize).collect(),
+            rows: layout.rows,
+            inner: layout.inner,
+            layout,
+        }))
+    }
+
+    /// The layout of a call on `tensors` (see [`NestKernel::prepare`]).
+    fn layout(
+        &self,
+        tensors: &[&CpuTensor],
+        keep_inner: bool,
+    ) -> Result<Option<CallLayout>, CodegenError> {
         let Some(sizes) = self.loop_sizes(tensors) else {
             return Ok(None);
         };
@@ -258,10 +319,13 @@ impl NestKernel {
         }
         let mut sz: Vec<i64> = outer.iter().map(|d| d.0 as i64).collect();
         sz.push(inner_size as i64);
-        Ok(Some(PreparedCall {
+        Ok(Some(CallLayout {
+            key: tensors
+                .iter()
+                .map(|t| (t.shape().into(), t.strides().into()))
+                .collect(),
+            keep_inner,
             f,
-            cost: self.cost,
-            ptrs: tensors.iter().map(|t| t.data_ptr() as usize).collect(),
             strides,
             sizes: sz,
             rows: outer.iter().map(|d| d.0).product(),

@@ -12,6 +12,7 @@ use kiln_passes::egraph::lang::GroupKind;
 use kiln_passes::schedule::Schedule;
 use kiln_runtime::{execute, CpuTensor, EagerArg};
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -310,7 +311,7 @@ impl CpuPlan {
         } else {
             Vec::new()
         };
-        let _locks: Vec<_> = inputs.iter().map(|t| t.read_lock()).collect();
+        let _locks: SmallVec<[_; 8]> = inputs.iter().map(|t| t.read_lock()).collect();
         let mut arena = self
             .arenas
             .lock()
@@ -327,17 +328,18 @@ impl CpuPlan {
         bound: &Bindings,
         arena: &mut [Option<CpuTensor>],
     ) -> Result<Vec<CpuTensor>, CodegenError> {
-        let mut vals: HashMap<NodeId, CpuTensor> = HashMap::new();
+        let mut vals: HashMap<NodeId, CpuTensor> =
+            HashMap::with_capacity(self.inputs.len() + 2 * self.steps.len());
         for (id, t) in self.inputs.iter().zip(inputs) {
             vals.insert(*id, (*t).clone());
         }
         for step in &self.steps {
-            let ins: Vec<CpuTensor> = step
+            let ins: SmallVec<[CpuTensor; 8]> = step
                 .inputs
                 .iter()
                 .map(|v| self.value(*v, &mut vals, bound))
                 .collect::<Result<_, _>>()?;
-            let in_refs: Vec<&CpuTensor> = ins.iter().collect();
+            let in_refs: SmallVec<[&CpuTensor; 8]> = ins.iter().collect();
             let shape_of = |id: &NodeId| -> Result<Vec<usize>, CodegenError> {
                 concrete(self.graph.node(*id).ty.shape.dims(), bound).ok_or_else(|| {
                     CodegenError::Plan {
@@ -366,9 +368,10 @@ impl CpuPlan {
                     for o in &step.outputs {
                         outs.push(self.buffer(*o, &shape_of(o)?, arena)?);
                     }
-                    let mut all: Vec<&CpuTensor> = in_refs.clone();
-                    all.extend(outs.iter());
-                    match n.prepare(&all, false) {
+                    let all: SmallVec<[&CpuTensor; 8]> = ins.iter().chain(&outs).collect();
+                    let prepared = n.prepare(&all, false);
+                    drop(all);
+                    match prepared {
                         Ok(Some(call)) => {
                             call.run(n.nest.reduces);
                             outs
