@@ -63,12 +63,15 @@ pub struct NestKernel {
     last: Mutex<Option<Arc<CallLayout>>>,
 }
 
+/// A tensor's shape and strides.
+type TensorLayout = (SmallVec<[usize; 4]>, SmallVec<[isize; 4]>);
+
 /// Everything of a prepared call but the addresses, for one set of shapes and strides:
 /// computing it (dims collapsed, the specialisation found) allocates, so a plan called
 /// again on the same layouts reuses it.
 struct CallLayout {
     /// per tensor, the shape and strides it was made for
-    key: Vec<(SmallVec<[usize; 4]>, SmallVec<[isize; 4]>)>,
+    key: Vec<TensorLayout>,
     keep_inner: bool,
     f: KernelFn,
     strides: Vec<i64>,
