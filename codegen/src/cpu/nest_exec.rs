@@ -4,13 +4,12 @@
 //! few long rows, the inner range) split across the kernel pool's threads when the work,
 //! estimated from the body's operations, is worth it.
 
-use super::emit::{InnerAccess, Spec};
+use super::emit::{stmt_cost, InnerAccess, Spec};
 use super::jit::{compile, KernelFn};
 use super::pool;
 use crate::error::CodegenError;
 use crate::loops::{Expr, LoopNest};
 use kiln_ir::Dim;
-use kiln_ir::{BinaryOp, UnaryOp};
 use kiln_runtime::CpuTensor;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -25,27 +24,14 @@ const PARALLEL_MIN_COST: usize = 1 << 15;
 const BALANCE_MIN_COST: usize = 1 << 21;
 
 /// The estimated work of one point of `nest` (row values are once per row and not counted):
-/// one unit per load, store or cheap op, more for divisions and the polynomial
-/// transcendentals (roughly their instruction counts in [`super::math`]).
+/// each statement's [`stmt_cost`] (1 for a load or a cheap op, ~24 for a polynomial
+/// transcendental), plus one per store.
 pub fn element_cost(nest: &LoopNest) -> usize {
-    let op_cost = |e: &Expr| match e {
-        Expr::Unary(op, _) => match op {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => 1,
-            UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => 4,
-            UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu => 22,
-            UnaryOp::Log | UnaryOp::GeluTanh => 25,
-            UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Erf | UnaryOp::Gelu => 35,
-        },
-        Expr::Binary(BinaryOp::Div, ..) => 4,
-        Expr::Binary(BinaryOp::Pow, ..) => 60,
-        Expr::Const(_) | Expr::InnerLen => 0,
-        _ => 1,
-    };
     let body: usize = nest
         .body
         .iter()
-        .filter(|s| !s.row)
-        .map(|s| op_cost(&s.expr))
+        .filter(|s| !s.row && !matches!(s.expr, Expr::Const(_) | Expr::InnerLen))
+        .map(|s| stmt_cost(&s.expr))
         .sum();
     (body + nest.stores.len()).max(1)
 }
