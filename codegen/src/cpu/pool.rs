@@ -97,7 +97,9 @@ impl Shared {
     fn worker(&self) {
         let _abort_on_panic = AbortOnPanic;
         let affinity = Affinity::current();
-        let mut last = self.claim.load(Ordering::Acquire) >> 32;
+        // 0 is the sequence number before the first job: a worker started after a job was
+        // published still joins it
+        let mut last = 0;
         loop {
             let seq = self.wait_for_job(last, &affinity);
             self.work(seq);
@@ -315,6 +317,7 @@ mod tests {
 
     #[test]
     fn concurrent_callers_and_sleeping_workers_lose_no_chunk() {
+        let _serial = TIMING.lock();
         let total = AtomicUsize::new(0);
         std::thread::scope(|sc| {
             for t in 0..4 {
@@ -337,6 +340,37 @@ mod tests {
             .map(|t| (0..200).map(|r| 1 + (r + t) % 9).sum::<usize>())
             .sum();
         assert_eq!(total.load(Ordering::Relaxed), expected);
+    }
+
+    /// Serialises the tests that time the pool (a busy pool runs a caller's chunks serially).
+    static TIMING: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_worker_takes_part() {
+        if threads() < 2 {
+            return;
+        }
+        let _serial = TIMING.lock();
+        // whichever thread runs one chunk waits (a while) for the other chunk to start,
+        // which only another thread can do; another crate test's job holding the pool makes
+        // an attempt run serially, so a few are allowed
+        let two_threads = (0..20).any(|_| {
+            let started = [AtomicBool::new(false), AtomicBool::new(false)];
+            let ids = Mutex::new(Vec::new());
+            run(2, &|i| {
+                started[i].store(true, Ordering::SeqCst);
+                ids.lock().push(std::thread::current().id());
+                let t = Instant::now();
+                while !started[1 - i].load(Ordering::SeqCst)
+                    && t.elapsed() < Duration::from_millis(250)
+                {
+                    std::hint::spin_loop();
+                }
+            });
+            let ids = ids.into_inner();
+            ids.len() == 2 && ids[0] != ids[1]
+        });
+        assert!(two_threads, "no job ran on two threads");
     }
 
     #[test]
