@@ -334,7 +334,7 @@ impl CpuPlan {
             vals.insert(*id, (*t).clone());
         }
         for step in &self.steps {
-            let ins: SmallVec<[CpuTensor; 8]> = step
+            let ins: Vec<CpuTensor> = step
                 .inputs
                 .iter()
                 .map(|v| self.value(*v, &mut vals, bound))
