@@ -44,12 +44,13 @@
 //! precisely already, and widening would copy the operands.
 //!
 //! [`DecomposeOptions::f64_reductions`] widens the `f32` composites that reduce (`mean`,
-//! `var`, `layer_norm`, `rms_norm`) to `f64` too. Programs run one kernel per op (fusion
-//! off) want it: there every intermediate is stored in its dtype, so in `f32` a row sum is
-//! rounded before the division by `n` (the mean of a constant row can be an ulp off, and
-//! its variance not exactly 0) and squares overflow once `|x|` passes ~1.8e19, where eager
-//! (which computes these in `f64`) stays finite. Fused kernels keep their sums and squares
-//! in `f64` registers and need no widening.
+//! `var`, `layer_norm`, `rms_norm`) to `f64` too: their `f32` operands are cast up, the
+//! composite decomposes as an `f64` one, and the result is cast back. Programs run one
+//! kernel per op (fusion off) want it: there every intermediate is stored in its dtype, so
+//! in `f32` a row sum is rounded before the division by `n` (the mean of a constant row can
+//! be an ulp off, and its variance not exactly 0) and squares overflow once `|x|` passes
+//! ~1.8e19, where eager (which computes these in `f64`) stays finite. Fused kernels keep
+//! their sums and squares in `f64` registers and need no widening.
 //!
 //! # Symbolic dims
 //!
@@ -172,15 +173,22 @@ pub fn decompose_with(g: &Graph, opts: &DecomposeOptions) -> Result<Graph, PassE
                 s => Ok(*s),
             })
             .collect::<Result<Vec<Arg>, PassError>>()?;
-        let chosen = match node.op {
-            _ if !opts.f64_reductions => decomposition(&node.op),
-            Op::LayerNorm { .. } => Some(layer_norm_f64 as Decomposition),
-            Op::RmsNorm { .. } => Some(rms_norm_f64 as Decomposition),
-            Op::Var { .. } => Some(var_f64 as Decomposition),
-            Op::Reduce {
-                op: ReduceOp::Mean, ..
-            } => Some(mean_f64 as Decomposition),
-            _ => decomposition(&node.op),
+        let reduces = matches!(
+            node.op,
+            Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::Var { .. }
+                | Op::Reduce {
+                    op: ReduceOp::Mean,
+                    ..
+                }
+        );
+        let f32_operand =
+            matches!(args.first(), Some(Arg::Value(v)) if out.node(*v).ty.dtype == DType::F32);
+        let chosen = if opts.f64_reductions && reduces && f32_operand {
+            Some(in_f64 as Decomposition)
+        } else {
+            decomposition(&node.op)
         };
         let decomposed = match chosen {
             Some(d) => match emit_checked(d, &mut out, node, &args) {
@@ -491,14 +499,28 @@ fn trailing(ndim: usize) -> Vec<i64> {
     (-(ndim as i64)..0).collect()
 }
 
-/// The compute dtype of a reducing composite of `d` under
-/// [`DecomposeOptions::f64_reductions`].
-fn compute_dtype_f64(d: DType) -> DType {
-    if d == DType::F32 {
-        DType::F64
-    } else {
-        compute_dtype(d)
+/// `node`'s own decomposition done in `f64` ([`DecomposeOptions::f64_reductions`]): its
+/// `f32` operands cast up, the composite decomposed as an `f64` one, the result cast back.
+fn in_f64(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let d = decomposition(&node.op)
+        .ok_or_else(|| unsupported(format!("{} has no decomposition", node.op)))?;
+    let mut e = Emit { g: out, loc };
+    let mut wide = Vec::with_capacity(args.len());
+    for &a in args {
+        wide.push(match a {
+            Arg::Value(_) if e.ty(a)?.dtype == DType::F32 => e.cast(a, DType::F64)?,
+            other => other,
+        });
     }
+    let mut node64 = node.clone();
+    node64.ty.dtype = DType::F64;
+    let y = d(e.g, &node64, &wide, loc)?;
+    e.finish(Arg::Value(y), node)
 }
 
 fn layer_norm(
@@ -507,26 +529,6 @@ fn layer_norm(
     args: &[Arg],
     loc: &Option<String>,
 ) -> Result<NodeId, PassError> {
-    layer_norm_in(out, node, args, loc, compute_dtype)
-}
-
-fn layer_norm_f64(
-    out: &mut Graph,
-    node: &Node,
-    args: &[Arg],
-    loc: &Option<String>,
-) -> Result<NodeId, PassError> {
-    layer_norm_in(out, node, args, loc, compute_dtype_f64)
-}
-
-/// `layer_norm` computed in `wide(dtype)`.
-fn layer_norm_in(
-    out: &mut Graph,
-    node: &Node,
-    args: &[Arg],
-    loc: &Option<String>,
-    wide: fn(DType) -> DType,
-) -> Result<NodeId, PassError> {
     let Op::LayerNorm { ndim, eps } = node.op else {
         return Err(unsupported(format!("{} is not a layer_norm", node.op)));
     };
@@ -534,7 +536,7 @@ fn layer_norm_in(
     let x = first(node, args)?;
     let dtype = e.ty(x)?.dtype;
     let dims = trailing(ndim);
-    let x = e.cast(x, wide(dtype))?;
+    let x = e.widen(x, dtype)?;
     let m = e.mean(x, &dims, true)?;
     let c = e.sub(x, m)?;
     let sq = e.mul(c, c)?;
@@ -543,11 +545,11 @@ fn layer_norm_in(
     let r = e.unary(UnaryOp::Rsqrt, ve)?;
     let mut y = e.mul(c, r)?;
     if let Some(&w) = args.get(1) {
-        let w = e.cast(w, wide(dtype))?;
+        let w = e.widen(w, dtype)?;
         y = e.mul(y, w)?;
     }
     if let Some(&b) = args.get(2) {
-        let b = e.cast(b, wide(dtype))?;
+        let b = e.widen(b, dtype)?;
         y = e.add(y, b)?;
     }
     e.finish(y, node)
@@ -559,26 +561,6 @@ fn rms_norm(
     args: &[Arg],
     loc: &Option<String>,
 ) -> Result<NodeId, PassError> {
-    rms_norm_in(out, node, args, loc, compute_dtype)
-}
-
-fn rms_norm_f64(
-    out: &mut Graph,
-    node: &Node,
-    args: &[Arg],
-    loc: &Option<String>,
-) -> Result<NodeId, PassError> {
-    rms_norm_in(out, node, args, loc, compute_dtype_f64)
-}
-
-/// `rms_norm` computed in `wide(dtype)`.
-fn rms_norm_in(
-    out: &mut Graph,
-    node: &Node,
-    args: &[Arg],
-    loc: &Option<String>,
-    wide: fn(DType) -> DType,
-) -> Result<NodeId, PassError> {
     let Op::RmsNorm { ndim, eps } = node.op else {
         return Err(unsupported(format!("{} is not an rms_norm", node.op)));
     };
@@ -586,14 +568,14 @@ fn rms_norm_in(
     let x = first(node, args)?;
     let dtype = e.ty(x)?.dtype;
     let dims = trailing(ndim);
-    let x = e.cast(x, wide(dtype))?;
+    let x = e.widen(x, dtype)?;
     let sq = e.mul(x, x)?;
     let ms = e.mean(sq, &dims, true)?;
     let me = e.add(ms, lit(eps))?;
     let r = e.unary(UnaryOp::Rsqrt, me)?;
     let mut y = e.mul(x, r)?;
     if let Some(&w) = args.get(1) {
-        let w = e.cast(w, wide(dtype))?;
+        let w = e.widen(w, dtype)?;
         y = e.mul(y, w)?;
     }
     e.finish(y, node)
@@ -682,26 +664,6 @@ fn var(
     args: &[Arg],
     loc: &Option<String>,
 ) -> Result<NodeId, PassError> {
-    var_in(out, node, args, loc, compute_dtype)
-}
-
-fn var_f64(
-    out: &mut Graph,
-    node: &Node,
-    args: &[Arg],
-    loc: &Option<String>,
-) -> Result<NodeId, PassError> {
-    var_in(out, node, args, loc, compute_dtype_f64)
-}
-
-/// `var` computed in `wide(dtype)`.
-fn var_in(
-    out: &mut Graph,
-    node: &Node,
-    args: &[Arg],
-    loc: &Option<String>,
-    wide: fn(DType) -> DType,
-) -> Result<NodeId, PassError> {
     let Op::Var {
         ref dims,
         correction,
@@ -713,7 +675,7 @@ fn var_in(
     let mut e = Emit { g: out, loc };
     let x = first(node, args)?;
     let t = e.ty(x)?.clone();
-    let x = e.cast(x, wide(t.dtype))?;
+    let x = e.widen(x, t.dtype)?;
     let m = e.mean(x, dims, true)?;
     let c = e.sub(x, m)?;
     let sq = e.mul(c, c)?;
@@ -727,7 +689,7 @@ fn var_in(
         Err((consts, syms)) => {
             // n is only known at run time: count it over the symbolic dims.
             let s = e.reduce(ReduceOp::Sum, sq, dims, keepdim)?;
-            let dtype = wide(t.dtype);
+            let dtype = compute_dtype(t.dtype);
             let ones = e.op(
                 Op::Full {
                     shape: syms,
@@ -751,26 +713,6 @@ fn mean(
     args: &[Arg],
     loc: &Option<String>,
 ) -> Result<NodeId, PassError> {
-    mean_in(out, node, args, loc, compute_dtype)
-}
-
-fn mean_f64(
-    out: &mut Graph,
-    node: &Node,
-    args: &[Arg],
-    loc: &Option<String>,
-) -> Result<NodeId, PassError> {
-    mean_in(out, node, args, loc, compute_dtype_f64)
-}
-
-/// `mean` computed in `wide(dtype)`.
-fn mean_in(
-    out: &mut Graph,
-    node: &Node,
-    args: &[Arg],
-    loc: &Option<String>,
-    wide: fn(DType) -> DType,
-) -> Result<NodeId, PassError> {
     let Op::Reduce {
         op: ReduceOp::Mean,
         ref dims,
@@ -784,7 +726,7 @@ fn mean_in(
     let t = e.ty(x)?.clone();
     let y = match count(&t.shape, dims) {
         Ok(_) => {
-            let x = e.cast(x, wide(t.dtype))?;
+            let x = e.widen(x, t.dtype)?;
             e.mean(x, dims, keepdim)?
         }
         // A symbolic reduced dim: `mean` stays a primitive.
