@@ -214,91 +214,80 @@ pub(crate) fn emit_nest(
     };
     let r = b.declare_var(types::I64);
     b.def_var(r, r0);
-    let hdr = b.create_block();
-    let body = b.create_block();
+    let bases =
+        |b: &mut FunctionBuilder, rv: Value| row_bases(b, rv, &ptrs, &outer_strides, &sizes[..k]);
+    // row groups of `g` rows while that many are left, then the rest one at a time
     let exit = b.create_block();
-
-    // row groups: `g` rows at a time while that many are left
     let g = row_group(nest, spec);
     if g > 1 {
-        let (ghdr, gbody) = (b.create_block(), b.create_block());
-        b.ins().jump(ghdr, &[]);
-        b.switch_to_block(ghdr);
-        let rv = b.use_var(r);
-        let last = b.ins().iadd_imm_s(rv, g);
-        let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, last, r1);
-        b.ins().brif(fits, gbody, &[], hdr, &[]);
-        b.switch_to_block(gbody);
-        let rv = b.use_var(r);
-        let mut rows: Vec<RowState> = (0..g)
-            .map(|j| {
-                let rj = if j == 0 {
-                    rv
-                } else {
-                    b.ins().iadd_imm_s(rv, j)
-                };
-                RowState {
-                    base: row_bases(&mut b, rj, &ptrs, &outer_strides, &sizes[..k]),
-                    ..RowState::default()
-                }
-            })
-            .collect();
-        for phase in &nest.phases {
-            match phase {
-                Phase::Inner {
-                    point,
-                    reduces,
-                    stores,
-                } => {
-                    // each row keeps its own unroll: more chains in flight, measured faster
-                    // than dividing it among the rows (reduce 1.60 ms against 1.94)
-                    let u = unroll(nest, point, reduces);
-                    e.inner_loop_rows(&mut b, &mut rows, point, reduces, stores, (i0, i1), u);
-                }
-                _ => {
-                    for row in &mut rows {
-                        e.with_row(row, |e| e.row_phase(&mut b, phase));
-                    }
-                }
-            }
-        }
-        let next = b.ins().iadd_imm_s(rv, g);
-        b.def_var(r, next);
-        b.ins().jump(ghdr, &[]);
-    } else {
-        b.ins().jump(hdr, &[]);
+        let rest = b.create_block();
+        row_loop(&mut b, &mut e, g, (r, r1), (i0, i1), &bases, rest);
+        b.switch_to_block(rest);
     }
-
-    // the row loop, one row at a time
-    b.switch_to_block(hdr);
-    let rv = b.use_var(r);
-    let more = b.ins().icmp(IntCC::SignedLessThan, rv, r1);
-    b.ins().brif(more, body, &[], exit, &[]);
-    b.switch_to_block(body);
-    let rv = b.use_var(r);
-    let mut row = RowState {
-        base: row_bases(&mut b, rv, &ptrs, &outer_strides, &sizes[..k]),
-        ..RowState::default()
-    };
-    e.swap_row(&mut row);
-    for phase in &nest.phases {
-        match phase {
-            Phase::Inner {
-                point,
-                reduces,
-                stores,
-            } => e.inner_loop(&mut b, point, reduces, stores, i0, i1),
-            _ => e.row_phase(&mut b, phase),
-        }
-    }
-    let next = b.ins().iadd_imm_s(rv, 1);
-    b.def_var(r, next);
-    b.ins().jump(hdr, &[]);
+    row_loop(&mut b, &mut e, 1, (r, r1), (i0, i1), &bases, exit);
     b.switch_to_block(exit);
     b.ins().return_(&[]);
     b.seal_all_blocks();
     b.finalize(module_config(module));
     Ok(())
+}
+
+/// Emits the loop that runs every phase for `g` rows at a time, from the row variable `r`
+/// while `g` rows up to `r1` are left, then jumps to `next`. `bases` gives a row's buffer
+/// addresses.
+fn row_loop(
+    b: &mut FunctionBuilder,
+    e: &mut Emitter,
+    g: i64,
+    (r, r1): (Variable, Value),
+    inner: (Value, Value),
+    bases: &dyn Fn(&mut FunctionBuilder, Value) -> Vec<Value>,
+    next: cranelift_codegen::ir::Block,
+) {
+    let (hdr, body) = (b.create_block(), b.create_block());
+    b.ins().jump(hdr, &[]);
+    b.switch_to_block(hdr);
+    let rv = b.use_var(r);
+    let last = b.ins().iadd_imm_s(rv, g);
+    let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, last, r1);
+    b.ins().brif(fits, body, &[], next, &[]);
+    b.switch_to_block(body);
+    let rv = b.use_var(r);
+    let mut rows: Vec<RowState> = (0..g)
+        .map(|j| {
+            let rj = if j == 0 {
+                rv
+            } else {
+                b.ins().iadd_imm_s(rv, j)
+            };
+            RowState {
+                base: bases(b, rj),
+                ..RowState::default()
+            }
+        })
+        .collect();
+    for phase in &e.nest.phases {
+        match phase {
+            Phase::Inner {
+                point,
+                reduces,
+                stores,
+            } => {
+                // in a group each row keeps its own unroll: more chains in flight, measured
+                // faster than dividing it among the rows (reduce 1.60 ms against 1.94)
+                let u = unroll(e.nest, point, reduces);
+                e.inner_loop_rows(b, &mut rows, point, reduces, stores, inner, u);
+            }
+            _ => {
+                for row in &mut rows {
+                    e.with_row(row, |e| e.row_phase(b, phase));
+                }
+            }
+        }
+    }
+    let next_row = b.ins().iadd_imm_s(rv, g);
+    b.def_var(r, next_row);
+    b.ins().jump(hdr, &[]);
 }
 
 /// Rows a row kernel works on at once (1: one at a time). Reading several rows together
@@ -927,23 +916,6 @@ impl Emitter<'_> {
         let t = f(self);
         self.swap_row(s);
         t
-    }
-
-    /// The inner loop of one phase for the current row.
-    fn inner_loop(
-        &mut self,
-        b: &mut FunctionBuilder,
-        point: &[ValueId],
-        reduces: &[ValueId],
-        stores: &[usize],
-        i0: Value,
-        i1: Value,
-    ) {
-        let u = unroll(self.nest, point, reduces);
-        let mut one = [RowState::default()];
-        self.swap_row(&mut one[0]);
-        self.inner_loop_rows(b, &mut one, point, reduces, stores, (i0, i1), u);
-        self.swap_row(&mut one[0]);
     }
 
     /// The inner loop of one phase for the rows of `rows` at once: one loop whose every
