@@ -254,10 +254,10 @@ impl MatmulKernel {
                 if ep.by_rows
                     && a.rank() >= 2
                     && b.rank() >= 2
-                    && call.inner == b.shape()[b.rank() - 1]
-                    && call.rows * call.inner == acc.numel() =>
+                    && call.inner() == b.shape()[b.rank() - 1]
+                    && call.rows() * call.inner() == acc.numel() =>
             {
-                let hook = |r0: usize, nr: usize| call.call(r0, r0 + nr, 0, call.inner);
+                let hook = |r0: usize, nr: usize| call.call(r0, r0 + nr, 0, call.inner());
                 matmul_into(a, b, &acc, Some(&hook)).map_err(rt)?;
             }
             Some(call) => {

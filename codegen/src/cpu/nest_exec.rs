@@ -84,9 +84,6 @@ pub(crate) struct PreparedCall {
     cost: usize,
     ptrs: SmallVec<[usize; 8]>,
     layout: Arc<CallLayout>,
-    /// rows (product of the outer sizes) and the inner length
-    pub rows: usize,
-    pub inner: usize,
 }
 
 impl PreparedCall {
@@ -108,37 +105,45 @@ impl PreparedCall {
         }
     }
 
+    /// The rows: the product of the outer loop sizes.
+    pub(crate) fn rows(&self) -> usize {
+        self.layout.rows
+    }
+
+    /// The inner loop's length.
+    pub(crate) fn inner(&self) -> usize {
+        self.layout.inner
+    }
+
     /// Runs the whole nest, in parallel when its estimated work is large enough.
     pub(crate) fn run(&self, reduces: bool) {
-        let points = self.rows.saturating_mul(self.inner.max(1));
+        let (rows, inner) = (self.rows(), self.inner());
+        let points = rows.saturating_mul(inner.max(1));
         let work = points.saturating_mul(self.cost);
         let threads = pool::threads();
-        if work < PARALLEL_MIN_COST || threads == 1 || self.rows == 0 {
-            self.call(0, self.rows, 0, self.inner);
+        if work < PARALLEL_MIN_COST || threads == 1 || rows == 0 {
+            self.call(0, rows, 0, inner);
             return;
         }
         let per_thread = if work < BALANCE_MIN_COST { 1 } else { 4 };
-        if self.rows >= 2 * threads || reduces {
-            let chunks = (threads * per_thread).min(self.rows);
-            let per = self.rows.div_ceil(chunks);
+        if rows >= 2 * threads || reduces {
+            let chunks = (threads * per_thread).min(rows);
+            let per = rows.div_ceil(chunks);
             pool::run(chunks, &|c| {
                 let r0 = c * per;
-                let r1 = (r0 + per).min(self.rows);
+                let r1 = (r0 + per).min(rows);
                 if r0 < r1 {
-                    self.call(r0, r1, 0, self.inner);
+                    self.call(r0, r1, 0, inner);
                 }
             });
         } else {
             // a few long rows: split the inner range, in whole vector blocks
-            let per = self
-                .inner
-                .div_ceil(threads * per_thread)
-                .next_multiple_of(64);
-            let chunks = self.inner.div_ceil(per);
+            let per = inner.div_ceil(threads * per_thread).next_multiple_of(64);
+            let chunks = inner.div_ceil(per);
             pool::run(chunks, &|c| {
                 let i0 = c * per;
-                let i1 = (i0 + per).min(self.inner);
-                self.call(0, self.rows, i0, i1);
+                let i1 = (i0 + per).min(inner);
+                self.call(0, rows, i0, i1);
             });
         }
     }
@@ -213,8 +218,6 @@ impl NestKernel {
         Ok(Some(PreparedCall {
             cost: self.cost,
             ptrs: tensors.iter().map(|t| t.data_ptr() as usize).collect(),
-            rows: layout.rows,
-            inner: layout.inner,
             layout,
         }))
     }
