@@ -13,8 +13,8 @@
 //! its message lists all the failing cases. `random_programs` replays random IR programs
 //! (the IR property tests' generator) as user code, as `compile_random_graphs.rs` does.
 //!
-//! Known failures have directed tests marked `#[ignore = "..."]` (run them with
-//! `--ignored`); the random programs skip the graphs that would hit them.
+//! A known failure gets a directed test marked `#[ignore = "..."]` with its reason (run
+//! them with `--ignored`); none is known now, and the random programs skip no graph.
 
 #[path = "../../ir/tests/common/graph_gen.rs"]
 mod graph_gen;
