@@ -10,7 +10,7 @@
 
 use super::const_pool;
 use super::math::{pool_const, Math};
-use crate::loops::{Expr, LoopNest, Phase, Role, ScalarType, ValueId};
+use crate::loops::{value_ranges, Expr, LoopNest, Phase, Role, ScalarType, ValueId, ValueRange};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -107,6 +107,9 @@ struct Emitter<'a> {
     ptr_cache: std::cell::RefCell<HashMap<(usize, Value), Value>>,
     /// the normalisers of decomposed norms, computed in f64 (see [`norm_chains`])
     norm64: NormChains,
+    /// what each body value may take: transcendentals leave out the special cases their
+    /// argument cannot reach
+    ranges: Vec<ValueRange>,
 }
 
 /// The statements of `rsqrt(sum(c * c) / n + eps)` (decomposed `layer_norm` and `rms_norm`):
@@ -211,6 +214,7 @@ pub(crate) fn emit_nest(
         row64: HashMap::new(),
         ptr_cache: Default::default(),
         norm64: norm_chains(nest),
+        ranges: value_ranges(&nest.body),
     };
     let r = b.declare_var(types::I64);
     b.def_var(r, r0);
@@ -410,11 +414,6 @@ fn pairwise(
     xs[0]
 }
 
-/// The key under which the splat of `1/v` is kept among a loop's splats.
-fn recip_key(v: ValueId) -> ValueId {
-    usize::MAX - v
-}
-
 /// Whether values are scalars or F32X4 vectors.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Width {
@@ -569,7 +568,7 @@ impl Emitter<'_> {
         operand: &dyn Fn(&ValueId) -> Value,
     ) -> Value {
         match e {
-            Expr::Unary(u, x) => self.math.unary(b, *u, operand(x)),
+            Expr::Unary(u, x) => self.math.unary_in(b, *u, operand(x), self.ranges[*x]),
             Expr::Binary(op, x, y) => {
                 let (x, y) = (operand(x), operand(y));
                 match float_cc(*op) {
@@ -819,16 +818,6 @@ impl Emitter<'_> {
                         Width::Vector => b.ins().splat(f32x4(), self.inner_len),
                     },
                     Expr::Reduce(..) => unreachable!("reductions are row values"),
-                    Expr::Binary(BinaryOp::Div, x, y)
-                        if w == Width::Vector && splats.contains_key(&recip_key(*y)) =>
-                    {
-                        let xv = if self.nest.body[*x].row {
-                            splats[x]
-                        } else {
-                            vals[x]
-                        };
-                        b.ins().fmul(xv, splats[&recip_key(*y)])
-                    }
                     other => {
                         // constant operands are loaded at each use, so that x86 folds
                         // them into the instruction (a splat hoisted out of the loop would
@@ -985,8 +974,8 @@ impl Emitter<'_> {
         }
     }
 
-    /// The current row's splats of the row values a loop reads (and reciprocals of row
-    /// divisors), and its accumulators, emitted before the loop.
+    /// The current row's splats of the row values a loop reads, and its accumulators,
+    /// emitted before the loop.
     fn loop_locals(
         &mut self,
         b: &mut FunctionBuilder,
@@ -1010,18 +999,6 @@ impl Emitter<'_> {
             if self.nest.body[x].row && !splats.contains_key(&x) {
                 let s = self.splat(b, x);
                 splats.insert(x, s);
-            }
-        }
-        // a division by a row value becomes a multiplication by its reciprocal, computed
-        // once per row (≤ 1 ulp from the quotient)
-        for &v in point {
-            if let Expr::Binary(BinaryOp::Div, _, y) = self.nest.body[v].expr {
-                if self.nest.body[y].row && !splats.contains_key(&recip_key(y)) {
-                    let one = b.ins().f32const(1.0);
-                    let r = b.ins().fdiv(one, self.row[&y]);
-                    let s = b.ins().splat(f32x4(), r);
-                    splats.insert(recip_key(y), s);
-                }
             }
         }
         let mut vacc: Vec<Vec<Variable>> = Vec::new();

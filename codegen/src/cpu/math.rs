@@ -52,6 +52,7 @@ mod trig;
 #[path = "math_tests.rs"]
 mod tests;
 
+use crate::loops::ValueRange;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, AbiParam, FuncRef, Function, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -167,14 +168,22 @@ impl Math {
         Em::new(b, ty, self.fma, self.pool)
     }
 
-    /// Every [`UnaryOp`] of kiln_ir on an `F32` or `F32X4` value.
-    pub(crate) fn unary(&self, b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Value {
+    /// Every [`UnaryOp`] of kiln_ir on an `F32` or `F32X4` value `x` known to lie in `range`
+    /// ([`ValueRange::ANY`] when nothing is known): `exp`, `tanh`, `sigmoid` and `silu` leave
+    /// out the special-case handling the range excludes (the same results).
+    pub(crate) fn unary_in(
+        &self,
+        b: &mut FunctionBuilder,
+        op: UnaryOp,
+        x: Value,
+        range: ValueRange,
+    ) -> Value {
         let mut e = self.em(b, x);
         let e = &mut e;
         match op {
             UnaryOp::Neg => e.neg(x),
             UnaryOp::Abs => e.abs(x),
-            UnaryOp::Exp => exp_log::exp(e, x),
+            UnaryOp::Exp => exp_log::exp_in(e, x, range),
             UnaryOp::Log => exp_log::log(e, x),
             UnaryOp::Sqrt => e.b.ins().sqrt(x),
             UnaryOp::Rsqrt => {
@@ -184,14 +193,14 @@ impl Math {
             UnaryOp::Recip => e.cdiv(1.0, x),
             UnaryOp::Sin => self.trig(e, x, false),
             UnaryOp::Cos => self.trig(e, x, true),
-            UnaryOp::Tanh => act::tanh(e, x),
+            UnaryOp::Tanh => act::tanh(e, x, range),
             UnaryOp::Erf => erf::erf(e, x),
-            UnaryOp::Sigmoid => act::sigmoid(e, x),
+            UnaryOp::Sigmoid => act::sigmoid(e, x, range),
             // `x < 0 ? 0 : x`: NaN stays NaN; one `maxps(0, x)` on vectors.
             UnaryOp::Relu => e.max_keep_nan(x, 0.0),
             UnaryOp::Gelu => erf::gelu(e, x),
             UnaryOp::GeluTanh => act::gelu_tanh(e, x),
-            UnaryOp::Silu => act::silu(e, x),
+            UnaryOp::Silu => act::silu(e, x, range),
         }
     }
 

@@ -7,6 +7,7 @@
 //! compiled kernel's machine code is printed too.
 
 use super::{libm_symbols, Math};
+use crate::loops::ValueRange;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, AbiParam, InstBuilder, MemFlagsData, UserFuncName, Value};
 use cranelift_codegen::isa::OwnedTargetIsa;
@@ -30,6 +31,8 @@ enum TestOp {
     MulAdd,
     /// The hot workload `gelu_tanh(x*1.5 + 0.5) * sigmoid(x)`.
     Hot,
+    /// `op(x)` for `x` known to lie in the range (`Math::unary_in`)
+    Bounded(UnaryOp, ValueRange),
 }
 
 /// A compiled kernel and the module that owns its code.
@@ -76,7 +79,8 @@ fn element(
     let x = b.ins().load(ty, flags, xa, 0);
     let y = b.ins().load(ty, flags, ya, 0);
     let r = match op {
-        TestOp::Unary(u) => math.unary(b, u, x),
+        TestOp::Unary(u) => math.unary_in(b, u, x, ValueRange::ANY),
+        TestOp::Bounded(u, r) => math.unary_in(b, u, x, r),
         TestOp::Binary(o) => math.binary(b, o, x, y),
         TestOp::MulAdd => {
             let c = math.constant(b, ty, 0.25);
@@ -86,8 +90,8 @@ fn element(
             let k = math.constant(b, ty, 1.5);
             let h = math.constant(b, ty, 0.5);
             let t = math.mul_add(b, x, k, h);
-            let g = math.unary(b, UnaryOp::GeluTanh, t);
-            let s = math.unary(b, UnaryOp::Sigmoid, x);
+            let g = math.unary_in(b, UnaryOp::GeluTanh, t, ValueRange::ANY);
+            let s = math.unary_in(b, UnaryOp::Sigmoid, x, ValueRange::ANY);
             math.binary(b, BinaryOp::Mul, g, s)
         }
     };
@@ -298,7 +302,7 @@ fn specials() -> Vec<f32> {
 fn reference(op: TestOp, x: f32, y: f32) -> f64 {
     let (x, y) = (f64::from(x), f64::from(y));
     match op {
-        TestOp::Unary(u) => u.eval_f64(x),
+        TestOp::Unary(u) | TestOp::Bounded(u, _) => u.eval_f64(x),
         TestOp::Binary(b) => b.eval_f64(x, y),
         TestOp::MulAdd => x * y + 0.25,
         TestOp::Hot => unreachable!("the hot workload is only timed"),
@@ -501,6 +505,74 @@ fn exp_is_accurate_over_its_range() {
     extra.extend(tiny());
     let st = check_unary(UnaryOp::Exp, inputs(1, -104.0, 89.0, &extra), REL);
     assert!(st.max_ulp <= 2.0, "exp: {st:?}");
+}
+
+/// The variants for a known argument range (`Math::unary_in`) give the general routine's
+/// results on inputs in their range, bit for bit (NaN for NaN), vector and scalar, with and
+/// without FMA: each leaves out only special-case handling its range cannot reach. The one
+/// allowed difference is `exp` below the smallest normal result, where the scaled variant
+/// rounds the denormal correctly: ≤ 1 ulp of the smallest normal there.
+#[test]
+fn bounded_variants_match_the_general_routines_on_their_ranges() {
+    let range = |lo: f64, hi: f64, nan: bool| ValueRange::new(lo, hi, nan);
+    let cases = [
+        // exp_core alone
+        (UnaryOp::Exp, range(-87.3, 88.7, false)),
+        (UnaryOp::Exp, range(-1.0, 1.0, false)),
+        // exp_scaled, NaN-safe, no underflow check
+        (UnaryOp::Exp, range(-87.3, 88.0, true)),
+        (UnaryOp::Exp, range(-1.0, 1.0, true)),
+        // exp_scaled with the underflow check (softmax's x - max)
+        (UnaryOp::Exp, range(f64::NEG_INFINITY, 0.0, true)),
+        (UnaryOp::Sigmoid, range(-1.0, 1.0, true)),
+        (UnaryOp::Sigmoid, range(-80.0, 85.0, false)),
+        (UnaryOp::Silu, range(-2.0, 3.0, true)),
+        (UnaryOp::Tanh, range(-10.0, 10.0, true)),
+        (UnaryOp::Tanh, range(0.4, 1.9, false)),
+    ];
+    let mut rng = Rng(17);
+    for (op, r) in cases {
+        let (lo, hi) = (r.lo.max(-200.0), r.hi.min(200.0));
+        let mut xs = sweep(lo, hi, 100_001);
+        xs.extend((0..50_000).map(|_| rng.uniform(lo, hi)));
+        xs.extend([lo as f32, hi as f32, 0.0, -0.0]);
+        if r.lo == f64::NEG_INFINITY {
+            xs.push(f32::NEG_INFINITY);
+        }
+        if r.nan {
+            // NaNs with payloads too: `exp_core` would turn some into numbers
+            xs.extend([
+                f32::NAN,
+                -f32::NAN,
+                f32::from_bits(0x7fc0_01ff),
+                f32::from_bits(0xffc0_0101),
+            ]);
+        }
+        let xs: Vec<f32> = xs
+            .into_iter()
+            .filter(|&x| x.is_nan() || (r.lo <= f64::from(x) && f64::from(x) <= r.hi))
+            .collect();
+        let ys = vec![0.0f32; xs.len()];
+        for fma in fma_modes() {
+            let general = compile(TestOp::Unary(op), fma);
+            let bounded = compile(TestOp::Bounded(op, r), fma);
+            for (g, b) in [
+                (general.run(&xs, &ys), bounded.run(&xs, &ys)),
+                (general.run_scalar(&xs, &ys), bounded.run_scalar(&xs, &ys)),
+            ] {
+                for ((&x, &g), &b) in xs.iter().zip(&g).zip(&b) {
+                    let same = g.to_bits() == b.to_bits() || (g.is_nan() && b.is_nan());
+                    let denormal = g.abs() < f32::MIN_POSITIVE
+                        && (g - b).abs() <= f32::MIN_POSITIVE * f32::EPSILON;
+                    assert!(
+                        same || denormal,
+                        "{op:?} on {r:?} (fma {fma}) at {x:e} ({:#x}): general {g:e}, bounded {b:e}",
+                        x.to_bits()
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! kernels instead.
 
 use super::phases::{plan_phases, reuse_expensive};
+use super::row_divisors::reciprocal_row_divisors;
 use super::{Buffer, Expr, LoopNest, Role, ScalarType, Stmt, Store, ValueId};
 use kiln_ir::{Arg, BinaryOp, DType, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use std::collections::HashMap;
@@ -246,6 +247,7 @@ impl<'g> Lowering<'g> {
             });
         }
         super::activations::fuse_activations(&mut body);
+        reciprocal_row_divisors(&mut body);
         let phases = plan_phases(&body, &stores);
         let mut nest = LoopNest {
             name: self.g.name().to_string(),

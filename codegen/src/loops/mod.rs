@@ -16,9 +16,12 @@ mod activations;
 mod display;
 mod lower;
 mod phases;
+mod ranges;
+mod row_divisors;
 
 pub use lower::{lower_kernel, lower_kernel_half, Unsupported};
 pub(crate) use phases::operands;
+pub use ranges::{value_ranges, ValueRange};
 
 use kiln_ir::{BinaryOp, DType, Dim, ReduceOp, Shape, UnaryOp};
 

@@ -1,7 +1,8 @@
 //! The exp-based activations: `tanh`, `sigmoid`, `silu` and the tanh form of `gelu`.
 
 use super::emit::Em;
-use super::exp_log::{exp, expm1_nonpositive};
+use super::exp_log::{exp_in, expm1_nonpositive};
+use crate::loops::ValueRange;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 /// tanh(|x|) rounds to 1 in f32 past |x| ≈ 9.01, so `2|x|` is clamped here, which keeps
@@ -16,10 +17,16 @@ const GELU_K2: f32 = 0.071354814;
 /// (no polynomial branch and select), accurate relatively for tiny x (`t ≈ -2|x|`) and
 /// with no cancellation anywhere (`2 + t ∈ (1, 2]`). `2|x|` is clamped to 20 (tanh is 1
 /// in f32 well before); NaN passes through; ±inf gives ±1; ±0 gives ±0.
-pub(super) fn tanh(e: &mut Em, x: Value) -> Value {
+pub(super) fn tanh(e: &mut Em, x: Value, range: ValueRange) -> Value {
     let ax = e.abs(x);
     let y = e.mulc(ax, -2.0);
-    let y = e.max_keep_nan(y, -TANH_CLAMP);
+    // the clamp only where `range` reaches past it (NaN passes either way)
+    let reach = range.lo.abs().max(range.hi.abs());
+    let y = if 2.0 * reach > f64::from(TANH_CLAMP) {
+        e.max_keep_nan(y, -TANH_CLAMP)
+    } else {
+        y
+    };
     let t = expm1_nonpositive(e, y);
     let nt = e.neg(t);
     let d = e.addc(t, 2.0);
@@ -29,24 +36,29 @@ pub(super) fn tanh(e: &mut Em, x: Value) -> Value {
 }
 
 /// `num / (1 + e^-arg)`, the shape of sigmoid, silu and gelu-tanh (`e^-arg` → +inf gives
-/// `num/inf`, → 0 gives `num`).
-fn over_one_plus_exp(e: &mut Em, num: Value, neg_arg: Value) -> Value {
-    let ex = exp(e, neg_arg);
+/// `num/inf`, → 0 gives `num`); `neg_range` bounds `-arg`.
+fn over_one_plus_exp(e: &mut Em, num: Value, neg_arg: Value, neg_range: ValueRange) -> Value {
+    let ex = exp_in(e, neg_arg, neg_range);
     let d = e.addc(ex, 1.0);
     e.div(num, d)
 }
 
-/// `sigmoid x = 1/(1 + e^-x)`.
-pub(super) fn sigmoid(e: &mut Em, x: Value) -> Value {
+/// `sigmoid x = 1/(1 + e^-x)` for `x` in `range`.
+pub(super) fn sigmoid(e: &mut Em, x: Value, range: ValueRange) -> Value {
     let neg = e.neg(x);
     let one = e.c(1.0);
-    over_one_plus_exp(e, one, neg)
+    over_one_plus_exp(e, one, neg, negated(range))
 }
 
-/// `silu x = x/(1 + e^-x)`.
-pub(super) fn silu(e: &mut Em, x: Value) -> Value {
+/// `silu x = x/(1 + e^-x)` for `x` in `range`.
+pub(super) fn silu(e: &mut Em, x: Value, range: ValueRange) -> Value {
     let neg = e.neg(x);
-    over_one_plus_exp(e, x, neg)
+    over_one_plus_exp(e, x, neg, negated(range))
+}
+
+/// The range of `-x` for `x` in `r`.
+fn negated(r: ValueRange) -> ValueRange {
+    ValueRange::new(-r.hi, -r.lo, r.nan)
 }
 
 /// `gelu_tanh x = 0.5·x·(1 + tanh(u))`, `u = sqrt(2/π)·(x + 0.044715x³)`, computed as
@@ -59,5 +71,5 @@ pub(super) fn gelu_tanh(e: &mut Em, x: Value) -> Value {
     let nk1 = e.c(-GELU_K1);
     let k = e.mul_add_c(z, -GELU_K2, nk1);
     let neg_2u = e.mul(x, k);
-    over_one_plus_exp(e, x, neg_2u)
+    over_one_plus_exp(e, x, neg_2u, ValueRange::ANY)
 }

@@ -1,6 +1,7 @@
 //! `exp` (and the two-part-argument `exp_hl` the erfc tails use) and `log`.
 
 use super::emit::Em;
+use crate::loops::ValueRange;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{InstBuilder, Value};
 
@@ -20,6 +21,8 @@ const EXP_P: [f32; 5] = [0.0013814613, 0.00836871, 0.04166839, 0.16666521, 0.499
 const EXP_HI: f32 = 88.72283;
 /// Below this (ln 2^-126, rounded down) exp is under the smallest normal and flushed to 0.
 const EXP_LO: f32 = -87.33655;
+/// Up to this, `n = round(x/ln2) ≤ 127`, so `2^n` is a normal float ([`exp_scaled`]).
+const SCALED_HI: f32 = 88.0;
 
 /// sqrt(1/2): mantissas below it are doubled so the log argument is in [√½, √2).
 const SQRT_HALF: f32 = std::f32::consts::FRAC_1_SQRT_2;
@@ -36,12 +39,11 @@ const LOG_P: [f32; 8] = [
     0.3333333,
 ];
 
-/// `exp(hi + lo)` for finite or NaN arguments, without the overflow and underflow fix-ups:
-/// range reduction `n = round((hi+lo)/ln2)`, `r = (hi - n·LN2_HI) + (lo - n·LN2_LO)`
-/// (`hi - n·LN2_HI` is exact while |r| < 1/2, i.e. for |lo| ≲ 0.15), `exp(r) =
-/// 1 + r·(1 + r·P(r))`, and `2^n` added into the exponent bits. Valid (normal results) while
-/// `hi + lo ∈ [EXP_LO, EXP_HI]`.
-fn exp_core(e: &mut Em, hi: Value, lo: Option<Value>) -> Value {
+/// The polynomial part of `exp(hi + lo)`: range reduction `n = round((hi+lo)/ln2)`,
+/// `r = (hi - n·LN2_HI) + (lo - n·LN2_LO)` (`hi - n·LN2_HI` is exact while |r| < 1/2, i.e.
+/// for |lo| ≲ 0.15), and `exp(r) = 1 + r·(1 + r·P(r))` ∈ [0.7, 1.42]. Returns `exp(r)` and
+/// `t`, whose bits hold `n` in their low mantissa bits (two's complement).
+fn exp_reduced(e: &mut Em, hi: Value, lo: Option<Value>) -> (Value, Value) {
     let s = match lo {
         Some(lo) => e.add(hi, lo),
         None => hi,
@@ -60,7 +62,14 @@ fn exp_core(e: &mut Em, hi: Value, lo: Option<Value>) -> Value {
     // 1 + r·(1 + r·P(r)): two multiply-adds after P.
     let p = e.horner(r, &EXP_P);
     let q = e.mul_addc(p, r, 1.0);
-    let y = e.mul_addc(q, r, 1.0);
+    (e.mul_addc(q, r, 1.0), t)
+}
+
+/// `exp(hi + lo)` for finite or NaN arguments, without the overflow and underflow fix-ups:
+/// [`exp_reduced`], then `2^n` added into the exponent bits. Valid (normal results) while
+/// `hi + lo ∈ [EXP_LO, EXP_HI]`; a NaN argument may give a non-NaN result.
+fn exp_core(e: &mut Em, hi: Value, lo: Option<Value>) -> Value {
+    let (y, t) = exp_reduced(e, hi, lo);
     // y ∈ [0.7, 1.42]: adding n to its exponent field scales it by 2^n (exponent 1..254 in
     // range; x in [EXP_LO, ln 2^-126) may land on exponent 0, a slightly-off denormal).
     let yi = e.int_bits(y);
@@ -68,6 +77,26 @@ fn exp_core(e: &mut Em, hi: Value, lo: Option<Value>) -> Value {
     let scale = e.b.ins().ishl_imm_u(ti, 23);
     let sum = e.b.ins().iadd(yi, scale);
     e.float_bits(sum)
+}
+
+/// `exp x` for `x ≤ SCALED_HI` or NaN: [`exp_reduced`] times `2^n` built as a float (one
+/// multiplication more than [`exp_core`], but NaN stays NaN: `NaN · 2^n`). Valid while
+/// `2^n` is normal, `x ≥ EXP_LO`; the same results as [`exp_core`] where those are normal.
+fn exp_scaled(e: &mut Em, x: Value) -> Value {
+    let (y, t) = exp_reduced(e, x, None);
+    let scale = pow2_of(e, t);
+    e.mul(y, scale)
+}
+
+/// `2^n` for the `n` held in `t`'s low mantissa bits (two's complement, `t = n + SHIFTER`):
+/// `(bits(t) << 23) + bits(1.0)` has the exponent field `127 + n` (normal for `n ∈
+/// [-126, 127]`).
+fn pow2_of(e: &mut Em, t: Value) -> Value {
+    let ti = e.int_bits(t);
+    let sh = e.b.ins().ishl_imm_u(ti, 23);
+    let one_bits = e.ci(0x3f80_0000);
+    let si = e.b.ins().iadd(sh, one_bits);
+    e.float_bits(si)
 }
 
 /// `e^y - 1` for `y ∈ [-20, 0]` (or NaN): `y = n·ln2 + r` as in [`exp_core`], `e^r - 1 =
@@ -84,13 +113,7 @@ pub(super) fn expm1_nonpositive(e: &mut Em, y: Value) -> Value {
     let p = e.horner(r, &EXP_P);
     let r2 = e.mul(r, r);
     let em = e.mul_add(r2, p, r);
-    // 2^n: n sits in t's low mantissa bits (two's complement), so `(t_bits << 23) + bits(1)`
-    // has the exponent field 127 + n
-    let ti = e.int_bits(t);
-    let sh = e.b.ins().ishl_imm_u(ti, 23);
-    let one_bits = e.ci(0x3f80_0000);
-    let si = e.b.ins().iadd(sh, one_bits);
-    let scale = e.float_bits(si);
+    let scale = pow2_of(e, t);
     let sm1 = e.addc(scale, -1.0);
     e.mul_add(scale, em, sm1)
 }
@@ -104,6 +127,27 @@ pub(super) fn exp(e: &mut Em, x: Value) -> Value {
     let y = e.sel(over, inf, y);
     let under = e.cmpc(FloatCC::LessThan, x, EXP_LO);
     e.zero_if(under, y)
+}
+
+/// `e^x` for `x` known to lie in `range`: the special cases `range` excludes are left out.
+/// With no NaN and `range ⊆ [EXP_LO, EXP_HI]`, [`exp_core`] alone; with `range.hi ≤
+/// SCALED_HI` (softmax's `x - max ≤ 0`, a sigmoid of a bounded value), [`exp_scaled`] and the
+/// underflow check only if `range.lo < EXP_LO`; otherwise [`exp`]. Each gives [`exp`]'s
+/// result on its range, except that below the smallest normal result [`exp_scaled`] rounds
+/// correctly where [`exp_core`]'s denormal is slightly off.
+pub(super) fn exp_in(e: &mut Em, x: Value, range: ValueRange) -> Value {
+    if !range.nan && range.lo >= f64::from(EXP_LO) && range.hi <= f64::from(EXP_HI) {
+        return exp_core(e, x, None);
+    }
+    if range.hi <= f64::from(SCALED_HI) {
+        let y = exp_scaled(e, x);
+        if range.lo >= f64::from(EXP_LO) {
+            return y;
+        }
+        let under = e.cmpc(FloatCC::LessThan, x, EXP_LO);
+        return e.zero_if(under, y);
+    }
+    exp(e, x)
 }
 
 /// `e^(hi+lo)` for `hi + lo ≤ 0` with a small `lo` (the erfc tails' `exp(-a²)` with `a²`
