@@ -9,7 +9,7 @@
 //! so contiguous accesses become vector loads and stores.
 
 use super::const_pool;
-use super::math::{pool_const, Math};
+use super::math::{fitted_cost, pool_const, Math};
 use crate::loops::{value_ranges, Expr, LoopNest, Phase, Role, ScalarType, ValueId, ValueRange};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
@@ -54,13 +54,17 @@ fn flags() -> MemFlagsData {
 }
 
 /// The rough cost of one statement per element, in simple vector instructions: a
-/// transcendental is about 24, `pow` (libm per lane) about 48.
-pub(crate) fn stmt_cost(e: &Expr) -> usize {
+/// transcendental is about 24 (or its fitted polynomial's length plus 2 where its argument's
+/// range, from `ranges`, allows one: see `math/fitted.rs`), `pow` (libm per lane) about 48.
+pub(crate) fn stmt_cost(e: &Expr, ranges: &[ValueRange]) -> usize {
     match e {
-        Expr::Unary(u, _) => match u {
+        Expr::Unary(u, x) => match u {
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt | UnaryOp::Recip => 1,
             UnaryOp::Rsqrt => 2,
-            _ => 24,
+            _ => {
+                let range = ranges.get(*x).copied().unwrap_or(ValueRange::ANY);
+                fitted_cost(*u, range).unwrap_or(24)
+            }
         },
         Expr::Binary(BinaryOp::Pow, ..) => 48,
         _ => 1,
@@ -69,8 +73,11 @@ pub(crate) fn stmt_cost(e: &Expr) -> usize {
 
 /// Unroll factor: how many vectors of the inner loop one iteration computes
 /// (`KILN_UNROLL` overrides it, for measurements).
-fn unroll(nest: &LoopNest, point: &[ValueId], reduces: &[ValueId]) -> i64 {
-    let weight: usize = point.iter().map(|&v| stmt_cost(&nest.body[v].expr)).sum();
+fn unroll(nest: &LoopNest, ranges: &[ValueRange], point: &[ValueId], reduces: &[ValueId]) -> i64 {
+    let weight: usize = point
+        .iter()
+        .map(|&v| stmt_cost(&nest.body[v].expr, ranges))
+        .sum();
     if let Some(u) = std::env::var("KILN_UNROLL")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -79,8 +86,9 @@ fn unroll(nest: &LoopNest, point: &[ValueId], reduces: &[ValueId]) -> i64 {
     }
     // The copies' statements interleave (see `point_values`), so more copies mean more
     // independent chains in flight: reductions (a dependency through each accumulator) and
-    // long chains of transcendentals gain from 8; measured on the workloads.
-    if !reduces.is_empty() || weight > 100 {
+    // long chains of transcendentals gain from 8; measured on the workloads (tiny's chain,
+    // most of it fitted polynomials of weight ~100: 2.9 µs at 8 against 3.7 at 4).
+    if !reduces.is_empty() || weight > 64 {
         8
     } else {
         4
@@ -279,7 +287,7 @@ fn row_loop(
             } => {
                 // in a group each row keeps its own unroll: more chains in flight, measured
                 // faster than dividing it among the rows (reduce 1.60 ms against 1.94)
-                let u = unroll(e.nest, point, reduces);
+                let u = unroll(e.nest, &e.ranges, point, reduces);
                 e.inner_loop_rows(b, &mut rows, point, reduces, stores, inner, u);
             }
             _ => {

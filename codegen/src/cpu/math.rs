@@ -34,6 +34,14 @@
 //! 1e-7), and for sin/cos near their roots absolute (the tests allow 1e-6). The gelu row is
 //! against `x·erfc(-x/√2)/2`: the reference's `1 + erf(x/√2)` cancels in f64 for x ≲ -5.
 //!
+//! Bounded arguments: where the loop nest's value ranges (`loops/ranges.rs`) put the
+//! argument of `tanh`, `sigmoid`, `erf` or `exp` in a short finite interval, the op is one
+//! polynomial fitted to that interval when the kernel is compiled (`math/fitted.rs`: the
+//! lowest degree whose f32 evaluation is within 1.5 ulp of 1, relative, on a dense sweep;
+//! `sigmoid` on [-1, 1] is `1/2 + x·Q(x²)` with Q of degree 4, 2.3 ulp at most measured
+//! for every fitted case in `math_tests.rs`) instead of the general routine's reduction,
+//! special cases and division.
+//!
 //! Speed: the hot workload `gelu_tanh(x·1.5 + 0.5)·sigmoid(x)` is ~55 vector instructions
 //! per 4 elements in a generated kernel (two exps, two `divps`; constants folded into their
 //! instructions from the pool, see `const_pool.rs` and `cuts.rs`). `hot_workload_throughput`
@@ -46,6 +54,7 @@ mod act;
 mod emit;
 mod erf;
 mod exp_log;
+mod fitted;
 mod trig;
 
 #[cfg(test)]
@@ -96,6 +105,12 @@ pub(crate) fn libm_symbols() -> Vec<(&'static str, *const u8)> {
         (SINF, kiln_sinf as *const u8),
         (COSF, kiln_cosf as *const u8),
     ]
+}
+
+/// The length in vector instructions of `op` fitted to `range` (see `math/fitted.rs`), or
+/// `None` when it is computed by its general routine. Judged with FMA (a cost estimate).
+pub(crate) fn fitted_cost(op: UnaryOp, range: ValueRange) -> Option<usize> {
+    fitted::fit(op, range, true).map(|f| f.coefs.len() + 2)
 }
 
 /// Emits kiln's float ops in a function being built.
@@ -169,9 +184,27 @@ impl Math {
     }
 
     /// Every [`UnaryOp`] of kiln_ir on an `F32` or `F32X4` value `x` known to lie in `range`
-    /// ([`ValueRange::ANY`] when nothing is known): `exp`, `tanh`, `sigmoid` and `silu` leave
-    /// out the special-case handling the range excludes (the same results).
+    /// ([`ValueRange::ANY`] when nothing is known): a transcendental on a short finite
+    /// interval is one polynomial fitted to it (`fitted.rs`), anything else
+    /// [`Math::unary_general_in`].
     pub(crate) fn unary_in(
+        &self,
+        b: &mut FunctionBuilder,
+        op: UnaryOp,
+        x: Value,
+        range: ValueRange,
+    ) -> Value {
+        if let Some(f) = fitted::fit(op, range, self.fma) {
+            let mut e = self.em(b, x);
+            return f.emit(&mut e, x);
+        }
+        self.unary_general_in(b, op, x, range)
+    }
+
+    /// Every [`UnaryOp`] by its general routine, for `x` known to lie in `range`: `exp`,
+    /// `tanh`, `sigmoid` and `silu` leave out the special-case handling the range excludes
+    /// (the same results as with [`ValueRange::ANY`]).
+    pub(crate) fn unary_general_in(
         &self,
         b: &mut FunctionBuilder,
         op: UnaryOp,

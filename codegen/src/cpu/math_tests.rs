@@ -31,8 +31,11 @@ enum TestOp {
     MulAdd,
     /// The hot workload `gelu_tanh(x*1.5 + 0.5) * sigmoid(x)`.
     Hot,
-    /// `op(x)` for `x` known to lie in the range (`Math::unary_in`)
+    /// `op(x)` by its general routine for `x` known to lie in the range
+    /// (`Math::unary_general_in`)
     Bounded(UnaryOp, ValueRange),
+    /// `op(x)` for `x` known to lie in the range, fitted where it can be (`Math::unary_in`)
+    Fitted(UnaryOp, ValueRange),
 }
 
 /// A compiled kernel and the module that owns its code.
@@ -80,7 +83,8 @@ fn element(
     let y = b.ins().load(ty, flags, ya, 0);
     let r = match op {
         TestOp::Unary(u) => math.unary_in(b, u, x, ValueRange::ANY),
-        TestOp::Bounded(u, r) => math.unary_in(b, u, x, r),
+        TestOp::Bounded(u, r) => math.unary_general_in(b, u, x, r),
+        TestOp::Fitted(u, r) => math.unary_in(b, u, x, r),
         TestOp::Binary(o) => math.binary(b, o, x, y),
         TestOp::MulAdd => {
             let c = math.constant(b, ty, 0.25);
@@ -302,7 +306,7 @@ fn specials() -> Vec<f32> {
 fn reference(op: TestOp, x: f32, y: f32) -> f64 {
     let (x, y) = (f64::from(x), f64::from(y));
     match op {
-        TestOp::Unary(u) | TestOp::Bounded(u, _) => u.eval_f64(x),
+        TestOp::Unary(u) | TestOp::Bounded(u, _) | TestOp::Fitted(u, _) => u.eval_f64(x),
         TestOp::Binary(b) => b.eval_f64(x, y),
         TestOp::MulAdd => x * y + 0.25,
         TestOp::Hot => unreachable!("the hot workload is only timed"),
@@ -507,7 +511,7 @@ fn exp_is_accurate_over_its_range() {
     assert!(st.max_ulp <= 2.0, "exp: {st:?}");
 }
 
-/// The variants for a known argument range (`Math::unary_in`) give the general routine's
+/// The general routines' variants for a known argument range (`Math::unary_general_in`) give the general routine's
 /// results on inputs in their range, bit for bit (NaN for NaN), vector and scalar, with and
 /// without FMA: each leaves out only special-case handling its range cannot reach. The one
 /// allowed difference is `exp` below the smallest normal result, where the scaled variant
@@ -572,6 +576,46 @@ fn bounded_variants_match_the_general_routines_on_their_ranges() {
                 }
             }
         }
+    }
+}
+
+/// Transcendentals on short intervals (`Math::unary_in` with a fitted polynomial, see
+/// `math/fitted.rs`) are within the fits' tolerance (1.5 ulp of 1, relative) of the f64
+/// reference over dense sweeps and random values of their interval, NaN gives NaN, and the
+/// vector and scalar forms agree bit for bit, with and without FMA.
+#[test]
+fn fitted_variants_are_accurate_on_their_ranges() {
+    let cases = [
+        (UnaryOp::Sigmoid, -1.0001, 1.0001),
+        (UnaryOp::Tanh, 0.796, 1.444),
+        (UnaryOp::Tanh, -0.3, 0.9),
+        (UnaryOp::Erf, -0.7, 0.2),
+        (UnaryOp::Exp, -0.25, 0.5),
+    ];
+    let tol = Tol {
+        rel: 1.5 / 8_388_608.0,
+        abs: 0.0,
+        floor: 0.0,
+    };
+    let mut rng = Rng(23);
+    for (op, lo, hi) in cases {
+        let r = ValueRange::new(lo, hi, true);
+        let mut xs = sweep(lo, hi, 200_001);
+        xs.extend((0..50_000).map(|_| rng.uniform(lo, hi)));
+        xs.extend([lo as f32, hi as f32, f32::NAN]);
+        if lo < 0.0 && hi > 0.0 {
+            xs.extend([0.0, -0.0, 1e-20, -1e-38]);
+        }
+        let xs: Vec<f32> = xs
+            .into_iter()
+            .filter(|&x| x.is_nan() || (lo <= f64::from(x) && f64::from(x) <= hi))
+            .collect();
+        let ys = vec![0.0f32; xs.len()];
+        let st = check(TestOp::Fitted(op, r), &xs, &ys, tol);
+        eprintln!(
+            "fitted {op:?} on [{lo}, {hi}]: max {:.2} ulp, max rel {:.3e} (worst x = {:e})",
+            st.max_ulp, st.max_rel, st.worst_x
+        );
     }
 }
 

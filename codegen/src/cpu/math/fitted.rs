@@ -1,0 +1,353 @@
+//! Range-specialised approximations: a transcendental whose argument is known to lie in a
+//! short interval (from [`ValueRange`], e.g. `sigmoid(tanh(..))`, whose argument is in
+//! [-1, 1]) is computed as one polynomial fitted to the function on that interval when the
+//! kernel is compiled, instead of the general routine's range reduction, special cases and
+//! division. tiny's chain of `tanh`/`sigmoid` is the case in point: most of its
+//! transcendentals see bounded arguments.
+//!
+//! The fit is a Chebyshev interpolant (near-minimax for these smooth functions) of the
+//! lowest degree that passes a check: the f32 evaluation the emitter builds (the same
+//! roundings, fused or not) is run on a dense sweep of the interval and compared with the
+//! f64 reference ([`UnaryOp::eval_f64`]); its relative error must stay within [`TOLERANCE`]
+//! (1.5 ulp of 1, no worse than the general routines' measured 1.2–2.5 ulp). If no degree up
+//! to the op's limit passes, or the interval is not finite, the general routine is used.
+//!
+//! Two forms: an odd function (`tanh`, `erf`, and `sigmoid - 1/2`) on an interval holding 0
+//! is fitted on the symmetric interval as `base + x·Q(x²)` (relative accuracy at tiny x,
+//! half the terms); anything else as `P(x·s + c)` with the interval mapped onto [-1, 1].
+//! NaN passes through either (every step is an add or a multiply of the argument).
+//!
+//! Fits are cached process-wide by (op, interval, FMA): a kernel's unrolled copies, its
+//! scalar tail and every later kernel with the same range reuse one fit.
+
+use super::emit::Em;
+use crate::loops::ValueRange;
+use cranelift_codegen::ir::Value;
+use kiln_ir::UnaryOp;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// The largest relative error a fit may have on its sweep: 1.5 × 2⁻²³ (1.5 ulp of 1).
+pub(super) const TOLERANCE: f64 = 1.5 / 8_388_608.0;
+
+/// What the check that picks a degree allows: under [`TOLERANCE`], so that the fit holds
+/// it between the sweep's points too (tested on a 25× finer sweep).
+const CHECK: f64 = 0.9 * TOLERANCE;
+
+/// Points of the checking sweep (evenly spaced, both ends included).
+const SWEEP: usize = 4097;
+
+/// A polynomial approximation of a function on an interval, in the form it is evaluated.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Fitted {
+    /// How the argument enters.
+    pub(super) form: Form,
+    /// The polynomial's coefficients, highest degree first (for [`Em::horner`]).
+    pub(super) coefs: Vec<f32>,
+}
+
+/// How a [`Fitted`] polynomial is applied to the argument `x`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Form {
+    /// `P(x·scale + shift)`: the interval mapped onto [-1, 1].
+    Shifted {
+        /// `2 / (hi - lo)`
+        scale: f32,
+        /// `-(hi + lo) / (hi - lo)`
+        shift: f32,
+    },
+    /// `base + x·Q(x²)` for an odd function plus a constant.
+    Odd {
+        /// the function's value at 0
+        base: f32,
+    },
+}
+
+/// The fit for `op` on `range` (computed once per distinct key), or `None` when the general
+/// routine is to be used: an op with no fitted form, an interval that is not finite or is
+/// too wide for a polynomial of the op's largest degree to reach [`TOLERANCE`].
+pub(super) fn fit(op: UnaryOp, range: ValueRange, fma: bool) -> Option<Fitted> {
+    max_degree(op)?;
+    if !range.lo.is_finite() || !range.hi.is_finite() || range.lo >= range.hi {
+        return None;
+    }
+    type Key = (UnaryOp, u64, u64, bool);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Option<Fitted>>>> = OnceLock::new();
+    let key = (op, range.lo.to_bits(), range.hi.to_bits(), fma);
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(f) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return f.clone();
+    }
+    let f = search(op, range.lo, range.hi, fma);
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, f.clone());
+    f
+}
+
+/// The largest polynomial degree worth using for `op` (a fit that needs more costs about as
+/// much as the general routine), or `None` for ops with no fitted form.
+fn max_degree(op: UnaryOp) -> Option<usize> {
+    match op {
+        // the general routines: ~25 instructions and a division (tanh, sigmoid), ~35 (erf)
+        UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Erf => Some(13),
+        // exp's own reduction is ~13 instructions with no division
+        UnaryOp::Exp => Some(6),
+        _ => None,
+    }
+}
+
+/// For odd ops (`f(x) - base` odd), the base.
+fn odd_base(op: UnaryOp) -> Option<f64> {
+    match op {
+        UnaryOp::Tanh | UnaryOp::Erf => Some(0.0),
+        UnaryOp::Sigmoid => Some(0.5),
+        _ => None,
+    }
+}
+
+/// The lowest-degree fit that passes the check, if any.
+fn search(op: UnaryOp, lo: f64, hi: f64, fma: bool) -> Option<Fitted> {
+    let max = max_degree(op)?;
+    let f = |x: f64| op.eval_f64(x);
+    match odd_base(op) {
+        Some(base) if lo < 0.0 && hi > 0.0 => {
+            let m = lo.abs().max(hi);
+            // odd degrees 3, 5, …: the interpolant on [-m, m] in t = x/m, its odd part
+            (1..=max / 2).find_map(|k| {
+                let deg = 2 * k + 1;
+                let a = chebyshev_monomial(|t| f(t * m) - base, deg);
+                // Q's coefficients in x², highest first: a_{2i+1} / m^{2i+1}
+                let coefs: Vec<f32> = (0..=k)
+                    .rev()
+                    .map(|i| (a[2 * i + 1] / m.powi(2 * i as i32 + 1)) as f32)
+                    .collect();
+                let fitted = Fitted {
+                    form: Form::Odd { base: base as f32 },
+                    coefs,
+                };
+                passes(&fitted, op, lo, hi, fma).then_some(fitted)
+            })
+        }
+        _ => {
+            let (mid, half) = ((hi + lo) / 2.0, (hi - lo) / 2.0);
+            (2..=max).find_map(|deg| {
+                let a = chebyshev_monomial(|t| f(mid + half * t), deg);
+                let fitted = Fitted {
+                    form: Form::Shifted {
+                        scale: (1.0 / half) as f32,
+                        shift: (-mid / half) as f32,
+                    },
+                    coefs: a.iter().rev().map(|&c| c as f32).collect(),
+                };
+                passes(&fitted, op, lo, hi, fma).then_some(fitted)
+            })
+        }
+    }
+}
+
+/// The monomial coefficients (lowest degree first) of the degree-`deg` polynomial that
+/// interpolates `g` at the Chebyshev nodes of [-1, 1].
+fn chebyshev_monomial(g: impl Fn(f64) -> f64, deg: usize) -> Vec<f64> {
+    let n = deg + 1;
+    let nodes: Vec<f64> = (0..n)
+        .map(|k| (std::f64::consts::PI * (k as f64 + 0.5) / n as f64).cos())
+        .collect();
+    let values: Vec<f64> = nodes.iter().map(|&t| g(t)).collect();
+    // Chebyshev coefficients c_j = (2/n) Σ g(t_k) T_j(t_k), c_0 halved
+    let cheb: Vec<f64> = (0..n)
+        .map(|j| {
+            let s: f64 = nodes
+                .iter()
+                .zip(&values)
+                .map(|(&t, &v)| v * (j as f64 * t.acos()).cos())
+                .sum();
+            let c = 2.0 * s / n as f64;
+            if j == 0 {
+                c / 2.0
+            } else {
+                c
+            }
+        })
+        .collect();
+    // Σ c_j T_j in monomials, T_{j+1} = 2t·T_j - T_{j-1}
+    let mut out = vec![0.0; n];
+    let mut prev = vec![0.0; n];
+    let mut cur = vec![0.0; n];
+    prev[0] = 1.0; // T_0
+    if n > 1 {
+        cur[1] = 1.0; // T_1
+    }
+    for (j, &c) in cheb.iter().enumerate() {
+        let tj = if j == 0 { &prev } else { &cur };
+        for (o, &t) in out.iter_mut().zip(tj.iter()) {
+            *o += c * t;
+        }
+        if j >= 1 && j + 1 < n {
+            let mut next = vec![0.0; n];
+            for i in 0..n {
+                let up = if i > 0 { 2.0 * cur[i - 1] } else { 0.0 };
+                next[i] = up - prev[i];
+            }
+            prev = std::mem::replace(&mut cur, next);
+        }
+    }
+    out
+}
+
+/// `a·m + c` in f32 as the emitter computes it: fused or two roundings.
+fn mul_add(a: f32, m: f32, c: f32, fma: bool) -> f32 {
+    if fma {
+        a.mul_add(m, c)
+    } else {
+        a * m + c
+    }
+}
+
+impl Fitted {
+    /// The f32 value the emitted code computes for `x` (the emitter's exact steps).
+    pub(super) fn eval(&self, x: f32, fma: bool) -> f32 {
+        let horner = |t: f32| {
+            let (first, rest) = self.coefs.split_first().expect("a fit has coefficients");
+            rest.iter().fold(*first, |p, &k| mul_add(p, t, k, fma))
+        };
+        match self.form {
+            Form::Shifted { scale, shift } => horner(mul_add(x, scale, shift, fma)),
+            Form::Odd { base } => {
+                let q = horner(x * x);
+                if base == 0.0 {
+                    x * q
+                } else {
+                    mul_add(x, q, base, fma)
+                }
+            }
+        }
+    }
+
+    /// Emits [`Fitted::eval`] on `x` (an `F32` or `F32X4` value).
+    pub(super) fn emit(&self, e: &mut Em, x: Value) -> Value {
+        match self.form {
+            Form::Shifted { scale, shift } => {
+                let s = e.c(scale);
+                let t = e.mul_addc(x, s, shift);
+                e.horner(t, &self.coefs)
+            }
+            Form::Odd { base } => {
+                let x2 = e.mul(x, x);
+                let q = e.horner(x2, &self.coefs);
+                if base == 0.0 {
+                    e.mul(x, q)
+                } else {
+                    e.mul_addc(x, q, base)
+                }
+            }
+        }
+    }
+
+    /// The largest relative error of [`Fitted::eval`] against the f64 reference on an even
+    /// sweep of `points` f32 values of `[lo, hi]`.
+    pub(super) fn max_error(&self, op: UnaryOp, lo: f64, hi: f64, points: usize, fma: bool) -> f64 {
+        (0..points)
+            .map(|i| {
+                let x = (lo + (hi - lo) * i as f64 / (points - 1) as f64) as f32;
+                let x = x.clamp(lo as f32, hi as f32);
+                relative_error(self.eval(x, fma), op.eval_f64(f64::from(x)))
+            })
+            .fold(0.0, f64::max)
+    }
+}
+
+/// `|y - r| / |r|` (0 when both are 0; infinite when only `r` is).
+fn relative_error(y: f32, r: f64) -> f64 {
+    let d = (f64::from(y) - r).abs();
+    if d == 0.0 {
+        0.0
+    } else {
+        d / r.abs()
+    }
+}
+
+/// Whether `fitted` is within [`CHECK`] of `op` on the sweep of `[lo, hi]`.
+fn passes(fitted: &Fitted, op: UnaryOp, lo: f64, hi: f64, fma: bool) -> bool {
+    fitted.coefs.iter().all(|c| c.is_finite()) && fitted.max_error(op, lo, hi, SWEEP, fma) <= CHECK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(lo: f64, hi: f64) -> ValueRange {
+        ValueRange::new(lo, hi, true)
+    }
+
+    #[test]
+    fn chebyshev_interpolation_reproduces_polynomials() {
+        // a cubic is its own degree-3 interpolant
+        let a = chebyshev_monomial(|t| 2.0 - t + 0.5 * t * t * t, 3);
+        for (got, want) in a.iter().zip([2.0, -1.0, 0.0, 0.5]) {
+            assert!((got - want).abs() < 1e-12, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn bounded_sigmoid_and_tanh_get_short_polynomials() {
+        for fma in [true, false] {
+            // sigmoid of a tanh: the odd form, a few terms in x²
+            let s = fit(UnaryOp::Sigmoid, range(-1.0001, 1.0001), fma).expect("sigmoid fits");
+            assert!(matches!(s.form, Form::Odd { base } if base == 0.5));
+            assert!(s.coefs.len() <= 7, "{s:?}");
+            // tiny's tanh argument: (sigmoid + 0.3)·1.4, away from 0
+            let t = fit(UnaryOp::Tanh, range(0.796, 1.444), fma).expect("tanh fits");
+            assert!(matches!(t.form, Form::Shifted { .. }));
+            assert!(t.coefs.len() <= 11, "{t:?}");
+            // tanh around 0: odd, exact at 0 and relative for tiny x
+            let z = fit(UnaryOp::Tanh, range(-0.5, 0.25), fma).expect("tanh fits");
+            assert!(matches!(z.form, Form::Odd { base } if base == 0.0));
+            assert_eq!(z.eval(0.0, fma).to_bits(), 0);
+            assert_eq!(z.eval(-0.0, fma).to_bits(), (-0.0f32).to_bits());
+            assert_eq!(z.eval(1e-30, fma), 1e-30);
+        }
+    }
+
+    #[test]
+    fn wide_unbounded_and_unfitted_ops_use_the_general_routine() {
+        assert_eq!(fit(UnaryOp::Tanh, ValueRange::ANY, true), None);
+        assert_eq!(
+            fit(UnaryOp::Tanh, range(f64::NEG_INFINITY, 0.0), true),
+            None
+        );
+        assert_eq!(fit(UnaryOp::Exp, range(-87.0, 88.0), true), None);
+        assert_eq!(fit(UnaryOp::Sigmoid, range(-40.0, 40.0), true), None);
+        // tanh's poles at ±iπ/2 are too near [-1.2, 1.2] for degree 13
+        assert_eq!(fit(UnaryOp::Tanh, range(-1.2, 0.7), true), None);
+        assert_eq!(fit(UnaryOp::Exp, range(-1.0, 1.0), true), None);
+        assert_eq!(fit(UnaryOp::Log, range(1.0, 2.0), true), None);
+        assert_eq!(fit(UnaryOp::Sin, range(0.0, 0.5), true), None);
+    }
+
+    #[test]
+    fn fits_hold_their_tolerance_on_a_finer_sweep() {
+        // 25x denser than the check that chose them, NaN passing through
+        let cases = [
+            (UnaryOp::Sigmoid, -1.0001, 1.0001),
+            (UnaryOp::Sigmoid, 0.2, 3.0),
+            (UnaryOp::Tanh, 0.796, 1.444),
+            (UnaryOp::Tanh, -0.8, 0.7),
+            (UnaryOp::Erf, -0.9, 0.9),
+            (UnaryOp::Exp, -0.5, 0.5),
+        ];
+        for fma in [true, false] {
+            for (op, lo, hi) in cases {
+                let f =
+                    fit(op, range(lo, hi), fma).unwrap_or_else(|| panic!("{op:?} [{lo}, {hi}]"));
+                let err = f.max_error(op, lo, hi, 100_001, fma);
+                assert!(
+                    err <= TOLERANCE,
+                    "{op:?} on [{lo}, {hi}] (fma {fma}): {err:e}"
+                );
+                assert!(f.eval(f32::NAN, fma).is_nan());
+            }
+        }
+    }
+}
