@@ -13,7 +13,6 @@ use kiln_passes::schedule::Schedule;
 use kiln_runtime::{execute, CpuTensor, EagerArg};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
-use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -44,15 +43,26 @@ enum Home {
     Arena(usize),
 }
 
+/// A call's state, reused by later calls: the arena's buffers, and the value of each node
+/// (by index) while the call runs (emptied when it ends, so no tensor outlives its call).
+struct Scratch {
+    arena: Vec<Option<CpuTensor>>,
+    vals: Vec<Option<CpuTensor>>,
+}
+
 /// A compiled program.
 pub struct CpuPlan {
     name: String,
     graph: Graph,
     inputs: Vec<NodeId>,
     steps: Vec<Step>,
-    home: HashMap<NodeId, Home>,
+    /// per node index: where its buffer comes from
+    home: Vec<Home>,
     arena_size: usize,
-    arenas: Mutex<Vec<Vec<Option<CpuTensor>>>>,
+    /// one past the largest node index (the length of a call's value slots)
+    slots: usize,
+    /// per-call state kept between calls (taken by one call at a time)
+    scratch: Mutex<Vec<Scratch>>,
     has_symbols: bool,
     /// time spent building the plan (lowering; kernels compile on first call)
     pub build_time: Duration,
@@ -103,7 +113,8 @@ impl CpuPlan {
                 outputs: k.outputs.clone(),
             });
         }
-        let mut home: HashMap<NodeId, Home> = HashMap::new();
+        let slots = g.nodes().map(|(id, _)| id.index() + 1).max().unwrap_or(0);
+        let mut home = vec![Home::Fresh; slots];
         for (r, b) in s.requests.iter().zip(&s.memory.buffer_of) {
             let id = g
                 .nodes()
@@ -117,13 +128,13 @@ impl CpuPlan {
                 Some(b) if g.node(id).ty.dtype == DType::F32 => Home::Arena(*b),
                 _ => Home::Fresh,
             };
-            home.insert(id, h);
+            home[id.index()] = h;
         }
         // values made by eager kernels are fresh: their tensors come from the kernels
         for st in &steps {
             if matches!(st.kernel, CpuKernel::Eager(_)) {
                 for o in &st.outputs {
-                    home.insert(*o, Home::Fresh);
+                    home[o.index()] = Home::Fresh;
                 }
             }
         }
@@ -138,7 +149,8 @@ impl CpuPlan {
             steps,
             home,
             arena_size: s.memory.buffers.len(),
-            arenas: Mutex::new(Vec::new()),
+            slots,
+            scratch: Mutex::new(Vec::new()),
             has_symbols,
             build_time: start.elapsed(),
         })
@@ -212,15 +224,16 @@ impl CpuPlan {
         Ok(bound)
     }
 
-    /// The value of `id`: computed already, or a view made now from its base.
-    fn value(
+    /// Makes sure `vals` holds the value of `id`: computed already, or a view made now from
+    /// its base.
+    fn ensure(
         &self,
         id: NodeId,
-        vals: &mut HashMap<NodeId, CpuTensor>,
+        vals: &mut [Option<CpuTensor>],
         bound: &Bindings,
-    ) -> Result<CpuTensor, CodegenError> {
-        if let Some(t) = vals.get(&id) {
-            return Ok(t.clone());
+    ) -> Result<(), CodegenError> {
+        if vals[id.index()].is_some() {
+            return Ok(());
         }
         let n = self.graph.node(id);
         if !n.op.is_view() {
@@ -232,7 +245,10 @@ impl CpuPlan {
         let mut args = Vec::new();
         for a in &n.args {
             match a {
-                kiln_ir::Arg::Value(v) => args.push(Some(self.value(*v, vals, bound)?)),
+                kiln_ir::Arg::Value(v) => {
+                    self.ensure(*v, vals, bound)?;
+                    args.push(vals[v.index()].clone());
+                }
                 kiln_ir::Arg::Scalar(_) => args.push(None),
             }
         }
@@ -257,8 +273,8 @@ impl CpuPlan {
             source,
         })?;
         drop(eargs);
-        vals.insert(id, t.clone());
-        Ok(t)
+        vals[id.index()] = Some(t);
+        Ok(())
     }
 
     /// A buffer for value `id` of concrete `shape`: an arena buffer or a fresh tensor.
@@ -273,7 +289,7 @@ impl CpuPlan {
             kernel: format!("buffer %{}", id.index()),
             source,
         };
-        match self.home.get(&id).copied().unwrap_or(Home::Fresh) {
+        match self.home.get(id.index()).copied().unwrap_or(Home::Fresh) {
             Home::Arena(b) if dtype == DType::F32 => {
                 let n: usize = shape.iter().product();
                 let fits = arena[b].as_ref().is_some_and(|t| t.numel() >= n);
@@ -312,13 +328,13 @@ impl CpuPlan {
             Vec::new()
         };
         let _locks: SmallVec<[_; 8]> = inputs.iter().map(|t| t.read_lock()).collect();
-        let mut arena = self
-            .arenas
-            .lock()
-            .pop()
-            .unwrap_or_else(|| vec![None; self.arena_size]);
-        let result = self.run_steps(inputs, &bound, &mut arena);
-        self.arenas.lock().push(arena);
+        let mut scratch = self.scratch.lock().pop().unwrap_or_else(|| Scratch {
+            arena: vec![None; self.arena_size],
+            vals: vec![None; self.slots],
+        });
+        let result = self.run_steps(inputs, &bound, &mut scratch);
+        scratch.vals.iter_mut().for_each(|v| *v = None);
+        self.scratch.lock().push(scratch);
         result
     }
 
@@ -326,20 +342,21 @@ impl CpuPlan {
         &self,
         inputs: &[&CpuTensor],
         bound: &Bindings,
-        arena: &mut [Option<CpuTensor>],
+        scratch: &mut Scratch,
     ) -> Result<Vec<CpuTensor>, CodegenError> {
-        let mut vals: HashMap<NodeId, CpuTensor> =
-            HashMap::with_capacity(self.inputs.len() + 2 * self.steps.len());
+        let Scratch { arena, vals } = scratch;
         for (id, t) in self.inputs.iter().zip(inputs) {
-            vals.insert(*id, (*t).clone());
+            vals[id.index()] = Some((*t).clone());
         }
         for step in &self.steps {
-            let ins: Vec<CpuTensor> = step
+            for v in &step.inputs {
+                self.ensure(*v, vals, bound)?;
+            }
+            let in_refs: SmallVec<[&CpuTensor; 8]> = step
                 .inputs
                 .iter()
-                .map(|v| self.value(*v, &mut vals, bound))
-                .collect::<Result<_, _>>()?;
-            let in_refs: SmallVec<[&CpuTensor; 8]> = ins.iter().collect();
+                .map(|v| vals[v.index()].as_ref().expect("ensured above"))
+                .collect();
             let shape_of = |id: &NodeId| -> Result<Vec<usize>, CodegenError> {
                 concrete(self.graph.node(*id).ty.shape.dims(), bound).ok_or_else(|| {
                     CodegenError::Plan {
@@ -368,7 +385,8 @@ impl CpuPlan {
                     for o in &step.outputs {
                         outs.push(self.buffer(*o, &shape_of(o)?, arena)?);
                     }
-                    let all: SmallVec<[&CpuTensor; 8]> = ins.iter().chain(&outs).collect();
+                    let all: SmallVec<[&CpuTensor; 8]> =
+                        in_refs.iter().copied().chain(&outs).collect();
                     let prepared = n.prepare(&all, false);
                     drop(all);
                     match prepared {
@@ -402,14 +420,15 @@ impl CpuPlan {
                     m.run(&in_refs, &outs, &scratch)?
                 }
             };
+            drop(in_refs);
             for (o, t) in step.outputs.iter().zip(outs) {
-                vals.insert(*o, t);
+                vals[o.index()] = Some(t);
             }
         }
-        let outputs: Vec<NodeId> = self.graph.outputs().to_vec();
-        let mut res = Vec::new();
-        for o in outputs {
-            res.push(self.value(o, &mut vals, bound)?);
+        let mut res = Vec::with_capacity(self.graph.outputs().len());
+        for &o in self.graph.outputs() {
+            self.ensure(o, vals, bound)?;
+            res.push(vals[o.index()].clone().expect("ensured above"));
         }
         Ok(res)
     }
