@@ -2250,7 +2250,8 @@ fn models(fusion: bool) {
 
 // ---------------------------------------------------------------------------------------
 // Large tensors: the generated kernels split rows (or, for a few long rows, the inner
-// range) across threads from 32768 elements on
+// range) across threads from 128K units of estimated work on (`element_cost`: the chains,
+// softmaxes and norms here pass it at every shape, a plain sum at the larger ones)
 // ---------------------------------------------------------------------------------------
 
 fn large_tensors(fusion: bool) {
