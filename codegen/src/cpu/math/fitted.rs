@@ -36,6 +36,8 @@ const CHECK: f64 = 0.9 * TOLERANCE;
 
 /// Points of the checking sweep (evenly spaced, both ends included).
 const SWEEP: usize = 4097;
+/// Points of the quick sweep run before it.
+const COARSE_SWEEP: usize = 257;
 
 /// A polynomial approximation of a function on an interval, in the form it is evaluated.
 #[derive(Clone, Debug, PartialEq)]
@@ -270,7 +272,10 @@ fn relative_error(y: f32, r: f64) -> f64 {
 
 /// Whether `fitted` is within [`CHECK`] of `op` on the sweep of `[lo, hi]`.
 fn passes(fitted: &Fitted, op: UnaryOp, lo: f64, hi: f64, fma: bool) -> bool {
-    fitted.coefs.iter().all(|c| c.is_finite()) && fitted.max_error(op, lo, hi, SWEEP, fma) <= CHECK
+    // a coarse sweep first: most degrees that fail, fail there, at 1/16 of the cost
+    fitted.coefs.iter().all(|c| c.is_finite())
+        && fitted.max_error(op, lo, hi, COARSE_SWEEP, fma) <= CHECK
+        && fitted.max_error(op, lo, hi, SWEEP, fma) <= CHECK
 }
 
 #[cfg(test)]
