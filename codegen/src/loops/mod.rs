@@ -93,6 +93,18 @@ pub struct Stmt {
     pub row: bool,
 }
 
+#[cfg(test)]
+impl Stmt {
+    /// An f32 statement (a point value, or a row value when `row`), for tests.
+    pub(crate) fn f32(expr: Expr, row: bool) -> Stmt {
+        Stmt {
+            expr,
+            ty: ScalarType::F32,
+            row,
+        }
+    }
+}
+
 /// A write of a body value to an output buffer at the current point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Store {

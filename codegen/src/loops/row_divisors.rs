@@ -50,11 +50,7 @@ mod tests {
     use super::*;
 
     fn stmt(expr: Expr, row: bool) -> Stmt {
-        Stmt {
-            expr,
-            ty: ScalarType::F32,
-            row,
-        }
+        Stmt::f32(expr, row)
     }
 
     #[test]
