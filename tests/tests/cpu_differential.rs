@@ -540,6 +540,58 @@ fn unary_domain_edges(fusion: bool) {
     r.finish();
 }
 
+/// Transcendentals whose argument the range analysis bounds to a short interval (a
+/// `tanh` or `sigmoid` output, scaled and shifted): the cpu backend computes them as
+/// polynomials fitted at compile time (`cpu/math/fitted.rs`) when fused; every size and
+/// shape, every layout, and NaN, ±inf and ±0 inputs.
+fn bounded_transcendentals(fusion: bool) {
+    let mut r = Report::new("bounded_transcendentals", fusion);
+    let f = |x: &[Tensor]| {
+        let t = x[0].tanh()?;
+        let s = x[0].sigmoid()?;
+        Ok(vec![
+            t.sigmoid()?,
+            s.add(0.3)?.mul(1.4)?.tanh()?,
+            t.mul(0.8)?.tanh()?,
+            t.mul(0.7)?.erf()?,
+            s.mul(0.5)?.sub(0.25)?.exp()?,
+        ])
+    };
+    for shape in all_shapes() {
+        check(
+            &mut r,
+            &format!("bounded chains {shape:?}"),
+            f,
+            Tol::Pointwise,
+            &single_input_layouts(&shape, Dist::Scaled(3.0), 170),
+        );
+    }
+    let specials = Tensor::from_f64(
+        &[
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-30,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            40.0,
+            -40.0,
+        ],
+        &[9],
+        DType::F32,
+    )
+    .unwrap();
+    check(
+        &mut r,
+        "bounded chains of special values",
+        f,
+        Tol::Pointwise,
+        &[("specials".into(), vec![specials])],
+    );
+    r.finish();
+}
+
 /// Special values: zeros of both signs, infinities, NaN, tiny and huge magnitudes, the
 /// edges of exp's range. Every unary op must agree with eager on all of them.
 fn unary_special_values(fusion: bool) {
@@ -2717,6 +2769,7 @@ fused_and_unfused! {
     unary_gelu_tanh,
     unary_silu,
     unary_domain_edges,
+    bounded_transcendentals,
     unary_special_values,
     trig_large_arguments,
     binary_add,
