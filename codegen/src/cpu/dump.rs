@@ -1,7 +1,7 @@
 //! The text of the CPU backend's stages: loop nests (`kiln dump --stage loops`) and
 //! Cranelift IR (`--stage clif`), kernel by kernel.
 
-use super::emit::{InnerAccess, Spec};
+use super::emit::{row_group, InnerAccess, Spec};
 use super::jit::clif_text;
 use super::plan::{CpuKernel, CpuPlan};
 use crate::error::CodegenError;
@@ -24,9 +24,11 @@ pub fn default_spec(nest: &LoopNest) -> Spec {
             }
         })
         .collect();
+    let outer = nest.dims.len().saturating_sub(1);
     Spec {
-        outer: nest.dims.len().saturating_sub(1),
+        outer,
         access,
+        row_group: row_group(nest, outer),
     }
 }
 

@@ -30,13 +30,17 @@ pub enum InnerAccess {
 }
 
 /// What a compiled kernel is specialised for: the number of outer dims left after
-/// collapsing, and each buffer's access along the inner loop.
+/// collapsing, each buffer's access along the inner loop, and how many rows a row kernel
+/// works on at once.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Spec {
     /// outer dims (0: a single row)
     pub outer: usize,
     /// per buffer, in the nest's order
     pub access: Vec<InnerAccess>,
+    /// rows a row kernel (a nest that reduces, with outer dims) steps together while that
+    /// many are left, the rest one at a time; 1 for every other nest. See [`row_group`].
+    pub row_group: usize,
 }
 
 const LANES: i64 = 4;
@@ -230,7 +234,11 @@ pub(crate) fn emit_nest(
         |b: &mut FunctionBuilder, rv: Value| row_bases(b, rv, &ptrs, &outer_strides, &sizes[..k]);
     // row groups of `g` rows while that many are left, then the rest one at a time
     let exit = b.create_block();
-    let g = row_group(nest, spec);
+    let g = if nest.reduces && spec.outer > 0 {
+        spec.row_group.clamp(1, 8) as i64
+    } else {
+        1
+    };
     if g > 1 {
         let rest = b.create_block();
         row_loop(&mut b, &mut e, g, (r, r1), (i0, i1), &bases, rest);
@@ -302,21 +310,26 @@ fn row_loop(
     b.ins().jump(hdr, &[]);
 }
 
-/// Rows a row kernel works on at once (1: one at a time). Reading several rows together
-/// gives the core several memory streams to prefetch at once: in a plain Rust loop over
-/// the reduce workload's 16 KiB rows, one stream per core read ~11-14 GB/s from L3, four
-/// ~16-20. Measured on the compiled workloads (median of 100 calls, 2 cores): reduce
-/// 2.44 → 1.60 ms, layernorm 2.96 → 2.55, softmax 5.5 → 4.8. Pointwise nests have no rows
-/// worth grouping (their dims merge into one long inner loop). `KILN_ROW_GROUP` overrides
-/// it, for measurements.
-fn row_group(nest: &LoopNest, spec: &Spec) -> i64 {
-    if !nest.reduces || spec.outer == 0 {
+/// The rows a row kernel of `nest` with `outer` outer dims works on at once (1: one at a
+/// time; always 1 for a nest that does not reduce or has no outer dims: a pointwise nest's
+/// dims merge into one long inner loop). Grouping gives a core several memory streams at
+/// once. On the machine it was written for (2 cores, 16 KiB rows read from L3) four rows
+/// were faster: reduce 2.44 → 1.60 ms, layernorm 2.96 → 2.55, softmax 5.5 → 4.8. On the
+/// current one (AMD EPYC, AVX-512, 2 cores) one row at a time is faster on every row
+/// workload (`kiln bench`, 2 cores, medians, same run): reduce 0.85-1.17 ms against
+/// 1.50-1.51 (group 2: 1.15 against 0.75 in a tight loop), layernorm 1.01-1.24 against
+/// 1.75-1.81, softmax 2.66-2.68 against 2.91-2.96, minilm 61.8-62.4 against 63.7-68.3,
+/// block unchanged. So the default is 1; `KILN_ROW_GROUP` overrides it (the grouped path
+/// is kept, and tested bit for bit against single rows).
+pub fn row_group(nest: &LoopNest, outer: usize) -> usize {
+    if !nest.reduces || outer == 0 {
         return 1;
     }
     std::env::var("KILN_ROW_GROUP")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(4)
+        .filter(|&g: &usize| (1..=8).contains(&g))
+        .unwrap_or(1)
 }
 
 fn module_config(module: &JITModule) -> cranelift_codegen::isa::TargetFrontendConfig {

@@ -12,6 +12,8 @@ pub(crate) mod math;
 pub mod nest_exec;
 pub mod plan;
 mod pool;
+#[cfg(test)]
+mod row_group_tests;
 
 pub use emit::{InnerAccess, Spec};
 pub use jit::{clif_text, jit_stats, KernelFn};

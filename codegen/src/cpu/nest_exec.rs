@@ -4,7 +4,7 @@
 //! few long rows, the inner range) split across the kernel pool's threads when the work,
 //! estimated from the body's operations, is worth it.
 
-use super::emit::{stmt_cost, InnerAccess, Spec};
+use super::emit::{row_group, stmt_cost, InnerAccess, Spec};
 use super::jit::{compile, KernelFn};
 use super::pool;
 use crate::error::CodegenError;
@@ -51,6 +51,8 @@ pub struct NestKernel {
     compiled: Mutex<HashMap<Spec, KernelFn>>,
     /// the layout of the last call, reused while the tensors' shapes and strides repeat
     last: Mutex<Option<Arc<CallLayout>>>,
+    /// the rows a row kernel steps together (`None`: [`row_group`]'s choice)
+    row_group: Option<usize>,
 }
 
 /// A tensor's shape and strides.
@@ -167,7 +169,16 @@ impl NestKernel {
             flat,
             compiled: Mutex::new(HashMap::new()),
             last: Mutex::new(None),
+            row_group: None,
         }
+    }
+
+    /// This kernel with row kernels stepping `g` rows together (tests compare the grouped
+    /// path, which [`row_group`] may not choose on this machine, with single rows).
+    #[cfg(test)]
+    pub(crate) fn with_row_group(mut self, g: usize) -> NestKernel {
+        self.row_group = Some(g);
+        self
     }
 
     /// The kernel for `spec`, compiled on first use.
@@ -302,6 +313,9 @@ impl NestKernel {
         let spec = Spec {
             outer: outer.len(),
             access,
+            row_group: self
+                .row_group
+                .unwrap_or_else(|| row_group(&self.nest, outer.len())),
         };
         let f = self.kernel(&spec)?;
         let k = outer.len();
