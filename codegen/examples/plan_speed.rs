@@ -47,11 +47,11 @@ fn main() {
         }
         times.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
         println!(
-            "{}: first {:.2} ms, median {:.3} ms, min {:.3} ms",
+            "{}: first {:.2} ms, median {:.2} µs, min {:.2} µs",
             g.name(),
             first.as_secs_f64() * 1e3,
-            times[reps / 2] * 1e3,
-            times[0] * 1e3
+            times[reps / 2] * 1e6,
+            times[0] * 1e6
         );
     }
 }

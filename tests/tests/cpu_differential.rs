@@ -592,6 +592,69 @@ fn bounded_transcendentals(fusion: bool) {
     r.finish();
 }
 
+/// Unary chains (`loops/chains.rs`): runs of smooth ops on one value, each used once, whose
+/// input the range analysis bounds; the cpu backend computes such a run as one polynomial
+/// of its input fitted at compile time (`cpu/chain_fits.rs`) when fused. tiny's whole
+/// chain, a softplus of a sigmoid, a chain with a division and a square root, a chain into
+/// a row sum, and a chain whose middle value is also an output (which must end the run);
+/// every size and shape, every layout, and NaN, ±inf and ±0 inputs.
+fn fitted_chains(fusion: bool) {
+    let mut r = Report::new("fitted_chains", fusion);
+    let f = |x: &[Tensor]| {
+        // tiny: (+ a, · m, tanh, sigmoid) five times
+        let mut t = x[0].clone();
+        for (a, m) in [
+            (0.25, 1.5),
+            (0.3, 1.4),
+            (0.35, 1.3),
+            (0.4, 1.2),
+            (0.45, 1.1),
+        ] {
+            t = t.add(a)?.mul(m)?.tanh()?.sigmoid()?;
+        }
+        let s = x[0].sigmoid()?;
+        let softplus = s.mul(2.0)?.exp()?.add(1.0)?.log()?;
+        let divided = s.add(0.5)?.recip()?.mul(3.0)?.sqrt()?.tanh()?;
+        let middle = x[0].tanh()?.mul(0.9)?.sigmoid()?;
+        let after = middle.mul(1.7)?.sub(0.2)?.erf()?.exp()?;
+        let rows = x[0].tanh()?.mul(0.5)?.sigmoid()?.exp()?.sum(&[-1], true)?;
+        Ok(vec![t, softplus, divided, middle, after, rows])
+    };
+    for shape in all_shapes() {
+        check(
+            &mut r,
+            &format!("fitted chains {shape:?}"),
+            f,
+            Tol::Pointwise,
+            &single_input_layouts(&shape, Dist::Scaled(3.0), 190),
+        );
+    }
+    let specials = Tensor::from_f64(
+        &[
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-30,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            40.0,
+            -40.0,
+        ],
+        &[9],
+        DType::F32,
+    )
+    .unwrap();
+    check(
+        &mut r,
+        "fitted chains of special values",
+        f,
+        Tol::Pointwise,
+        &[("specials".into(), vec![specials])],
+    );
+    r.finish();
+}
+
 /// Special values: zeros of both signs, infinities, NaN, tiny and huge magnitudes, the
 /// edges of exp's range. Every unary op must agree with eager on all of them.
 fn unary_special_values(fusion: bool) {
@@ -2770,6 +2833,7 @@ fused_and_unfused! {
     unary_silu,
     unary_domain_edges,
     bounded_transcendentals,
+    fitted_chains,
     unary_special_values,
     trig_large_arguments,
     binary_add,

@@ -8,6 +8,7 @@
 //! [`Spec`] fixes, per buffer, whether its inner stride is one element, zero, or anything,
 //! so contiguous accesses become vector loads and stores.
 
+use super::chain_fits::{chain_fits, ChainFits};
 use super::const_pool;
 use super::math::{fitted_cost, pool_const, Math};
 use crate::loops::{value_ranges, Expr, LoopNest, Phase, Role, ScalarType, ValueId, ValueRange};
@@ -77,11 +78,8 @@ pub(crate) fn stmt_cost(e: &Expr, ranges: &[ValueRange]) -> usize {
 
 /// Unroll factor: how many vectors of the inner loop one iteration computes
 /// (`KILN_UNROLL` overrides it, for measurements).
-fn unroll(nest: &LoopNest, ranges: &[ValueRange], point: &[ValueId], reduces: &[ValueId]) -> i64 {
-    let weight: usize = point
-        .iter()
-        .map(|&v| stmt_cost(&nest.body[v].expr, ranges))
-        .sum();
+fn unroll(costs: &[usize], point: &[ValueId], reduces: &[ValueId]) -> i64 {
+    let weight: usize = point.iter().map(|&v| costs[v]).sum();
     if let Some(u) = std::env::var("KILN_UNROLL")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -122,6 +120,10 @@ struct Emitter<'a> {
     /// what each body value may take: transcendentals leave out the special cases their
     /// argument cannot reach
     ranges: Vec<ValueRange>,
+    /// unary chains computed as one polynomial of their input (see `chain_fits.rs`)
+    chains: ChainFits,
+    /// each statement's estimated cost, the chain fits applied
+    costs: Vec<usize>,
 }
 
 /// The statements of `rsqrt(sum(c * c) / n + eps)` (decomposed `layer_norm` and `rms_norm`):
@@ -226,8 +228,13 @@ pub(crate) fn emit_nest(
         row64: HashMap::new(),
         ptr_cache: Default::default(),
         norm64: norm_chains(nest),
-        ranges: value_ranges(&nest.body),
+        ranges: Vec::new(),
+        chains: ChainFits::default(),
+        costs: Vec::new(),
     };
+    e.ranges = value_ranges(&nest.body);
+    e.chains = chain_fits(nest, &e.ranges, fma);
+    e.costs = e.chains.costs(nest, &e.ranges);
     let r = b.declare_var(types::I64);
     b.def_var(r, r0);
     let bases =
@@ -295,7 +302,7 @@ fn row_loop(
             } => {
                 // in a group each row keeps its own unroll: more chains in flight, measured
                 // faster than dividing it among the rows (reduce 1.60 ms against 1.94)
-                let u = unroll(e.nest, &e.ranges, point, reduces);
+                let u = unroll(&e.costs, point, reduces);
                 e.inner_loop_rows(b, &mut rows, point, reduces, stores, inner, u);
             }
             _ => {
@@ -826,6 +833,17 @@ impl Emitter<'_> {
     ) -> Vec<HashMap<ValueId, Value>> {
         let mut all: Vec<HashMap<ValueId, Value>> = vec![HashMap::new(); ivs.len()];
         for &v in point {
+            if self.chains.absorbed.contains(&v) {
+                continue;
+            }
+            if let Some((input, f)) = self.chains.fits.get(&v) {
+                for vals in all.iter_mut() {
+                    let x = self.lookup(*input, w, vals, splats);
+                    let y = self.math.fitted(b, f, x);
+                    vals.insert(v, y);
+                }
+                continue;
+            }
             let e = &self.nest.body[v].expr;
             for (&iv, vals) in ivs.iter().zip(all.iter_mut()) {
                 let x = match e {

@@ -40,7 +40,8 @@
 //! lowest degree whose f32 evaluation is within 1.5 ulp of 1, relative, on a dense sweep;
 //! `sigmoid` on [-1, 1] is `1/2 + x·Q(x²)` with Q of degree 4, 2.3 ulp at most measured
 //! for every fitted case in `math_tests.rs`) instead of the general routine's reduction,
-//! special cases and division.
+//! special cases and division. A whole unary chain (`loops/chains.rs`) on a bounded input
+//! can be one such polynomial too (`chain_fits.rs`, `fitted::fit_chain`).
 //!
 //! Speed: the hot workload `gelu_tanh(x·1.5 + 0.5)·sigmoid(x)` is ~55 vector instructions
 //! per 4 elements in a generated kernel (two exps, two `divps`; constants folded into their
@@ -69,6 +70,7 @@ use cranelift_jit::JITModule;
 use cranelift_module::{Linkage, Module, ModuleError};
 pub(crate) use emit::pool_const;
 use emit::Em;
+pub(crate) use fitted::{fit_chain, Fitted};
 use kiln_ir::{BinaryOp, UnaryOp};
 
 /// The symbol name under which `pow`'s per-lane helper is imported.
@@ -199,6 +201,12 @@ impl Math {
             return f.emit(&mut e, x);
         }
         self.unary_general_in(b, op, x, range)
+    }
+
+    /// A fitted polynomial (see `math/fitted.rs`) on `x`, an `F32` or `F32X4` value.
+    pub(crate) fn fitted(&self, b: &mut FunctionBuilder, f: &Fitted, x: Value) -> Value {
+        let mut e = self.em(b, x);
+        f.emit(&mut e, x)
     }
 
     /// Every [`UnaryOp`] by its general routine, for `x` known to lie in `range`: `exp`,

@@ -4,8 +4,9 @@
 //! few long rows, the inner range) split across the kernel pool's threads when the work,
 //! estimated from the body's operations, is worth it.
 
-use super::emit::{row_group, stmt_cost, InnerAccess, Spec};
-use super::jit::{compile, KernelFn};
+use super::chain_fits::chain_fits;
+use super::emit::{row_group, InnerAccess, Spec};
+use super::jit::{compile, host_fma, KernelFn};
 use super::pool;
 use crate::error::CodegenError;
 use crate::loops::{value_ranges, Expr, LoopNest};
@@ -27,15 +28,18 @@ const PARALLEL_MIN_COST: usize = 1 << 17;
 const BALANCE_MIN_COST: usize = 1 << 21;
 
 /// The estimated work of one point of `nest` (row values are once per row and not counted):
-/// each statement's [`stmt_cost`] (1 for a load or a cheap op, ~24 for a polynomial
-/// transcendental, less for one fitted to its argument's range), plus one per store.
+/// each statement's [`stmt_cost`](super::emit::stmt_cost) (1 for a load or a cheap op, ~24 for a polynomial
+/// transcendental, less for one fitted to its argument's range, and a unary chain fitted as
+/// one polynomial counted as that polynomial: see `chain_fits.rs`), plus one per store.
 pub fn element_cost(nest: &LoopNest) -> usize {
     let ranges = value_ranges(&nest.body);
+    let costs = chain_fits(nest, &ranges, host_fma()).costs(nest, &ranges);
     let body: usize = nest
         .body
         .iter()
-        .filter(|s| !s.row && !matches!(s.expr, Expr::Const(_) | Expr::InnerLen))
-        .map(|s| stmt_cost(&s.expr, &ranges))
+        .zip(&costs)
+        .filter(|(s, _)| !s.row && !matches!(s.expr, Expr::Const(_) | Expr::InnerLen))
+        .map(|(_, c)| c)
         .sum();
     (body + nest.stores.len()).max(1)
 }

@@ -13,12 +13,14 @@
 //! lowers the same form.
 
 mod activations;
+mod chains;
 mod display;
 mod lower;
 mod phases;
 mod ranges;
 mod row_divisors;
 
+pub use chains::{eval_chain, unary_chains, Chain, ChainStep};
 pub use lower::{lower_kernel, lower_kernel_half, Unsupported};
 pub(crate) use phases::operands;
 pub use ranges::{value_ranges, ValueRange};

@@ -17,11 +17,16 @@
 //! half the terms); anything else as `P(x·s + c)` with the interval mapped onto [-1, 1].
 //! NaN passes through either (every step is an add or a multiply of the argument).
 //!
+//! The same search fits a unary chain's function (`loops/chains.rs`: several ops in a row on
+//! one value, e.g. tiny's 17 steps after its first `tanh`) to its input's interval
+//! ([`fit_chain`]), against the steps composed in f64; only the `P(x·s + c)` form, and only
+//! where the function is finite and non-zero on the whole interval.
+//!
 //! Fits are cached process-wide by (op, interval, FMA): a kernel's unrolled copies, its
 //! scalar tail and every later kernel with the same range reuse one fit.
 
 use super::emit::Em;
-use crate::loops::ValueRange;
+use crate::loops::{eval_chain, ChainStep, ValueRange};
 use cranelift_codegen::ir::Value;
 use kiln_ir::UnaryOp;
 use std::collections::HashMap;
@@ -41,7 +46,7 @@ const COARSE_SWEEP: usize = 257;
 
 /// A polynomial approximation of a function on an interval, in the form it is evaluated.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Fitted {
+pub(crate) struct Fitted {
     /// How the argument enters.
     pub(super) form: Form,
     /// The polynomial's coefficients, highest degree first (for [`Em::horner`]).
@@ -88,6 +93,49 @@ pub(super) fn fit(op: UnaryOp, range: ValueRange, fma: bool) -> Option<Fitted> {
     f
 }
 
+/// The fit for a [`Chain`](crate::loops::Chain)'s function (its `steps`, applied in turn)
+/// on `range`, of degree at most `max_degree`, or `None`: an interval that is not finite, a
+/// function that is not finite and non-zero on all of it (relative accuracy needs that), or
+/// one no polynomial of that degree follows within [`TOLERANCE`] of the f64 composition
+/// ([`eval_chain`]: no rounding between the steps, so the fit is nearer the exact function
+/// than the ops rounded one by one). Cached like [`fit`].
+pub(crate) fn fit_chain(
+    steps: &[ChainStep],
+    range: ValueRange,
+    fma: bool,
+    max_degree: usize,
+) -> Option<Fitted> {
+    if !range.lo.is_finite() || !range.hi.is_finite() || range.lo >= range.hi || max_degree < 2 {
+        return None;
+    }
+    type Key = (String, u64, u64, bool, usize);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Option<Fitted>>>> = OnceLock::new();
+    let key = (
+        format!("{steps:?}"),
+        range.lo.to_bits(),
+        range.hi.to_bits(),
+        fma,
+        max_degree,
+    );
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(f) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return f.clone();
+    }
+    let f = search_fn(
+        &|x| eval_chain(steps, x),
+        None,
+        range.lo,
+        range.hi,
+        max_degree,
+        fma,
+    );
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, f.clone());
+    f
+}
+
 /// The largest polynomial degree worth using for `op` (a fit that needs more costs about as
 /// much as the general routine), or `None` for ops with no fitted form.
 fn max_degree(op: UnaryOp) -> Option<usize> {
@@ -109,11 +157,39 @@ fn odd_base(op: UnaryOp) -> Option<f64> {
     }
 }
 
-/// The lowest-degree fit that passes the check, if any.
+/// The lowest-degree fit of `op` that passes the check, if any.
 fn search(op: UnaryOp, lo: f64, hi: f64, fma: bool) -> Option<Fitted> {
     let max = max_degree(op)?;
-    let f = |x: f64| op.eval_f64(x);
-    match odd_base(op) {
+    search_fn(&|x| op.eval_f64(x), odd_base(op), lo, hi, max, fma)
+}
+
+/// The lowest-degree fit of `f` on `[lo, hi]` (degree 2 to `max`) that passes the check, if
+/// any; in the odd form when `odd` gives the base of an `f - base` odd about 0 and the
+/// interval holds 0.
+fn search_fn(
+    f: &dyn Fn(f64) -> f64,
+    odd: Option<f64>,
+    lo: f64,
+    hi: f64,
+    max: usize,
+    fma: bool,
+) -> Option<Fitted> {
+    // the references are computed once for every degree tried
+    let coarse = Sweep::new(f, lo, hi, COARSE_SWEEP);
+    if !coarse.usable() {
+        return None;
+    }
+    let full = Sweep::new(f, lo, hi, SWEEP);
+    if !full.usable() {
+        return None;
+    }
+    let passes = |fitted: &Fitted| {
+        // the coarse sweep first: most degrees that fail, fail there, at 1/16 of the cost
+        fitted.coefs.iter().all(|c| c.is_finite())
+            && fitted.max_error_on(&coarse, fma) <= CHECK
+            && fitted.max_error_on(&full, fma) <= CHECK
+    };
+    match odd {
         Some(base) if lo < 0.0 && hi > 0.0 => {
             let m = lo.abs().max(hi);
             // odd degrees 3, 5, …: the interpolant on [-m, m] in t = x/m, its odd part
@@ -129,7 +205,7 @@ fn search(op: UnaryOp, lo: f64, hi: f64, fma: bool) -> Option<Fitted> {
                     form: Form::Odd { base: base as f32 },
                     coefs,
                 };
-                passes(&fitted, op, lo, hi, fma).then_some(fitted)
+                passes(&fitted).then_some(fitted)
             })
         }
         _ => {
@@ -143,9 +219,39 @@ fn search(op: UnaryOp, lo: f64, hi: f64, fma: bool) -> Option<Fitted> {
                     },
                     coefs: a.iter().rev().map(|&c| c as f32).collect(),
                 };
-                passes(&fitted, op, lo, hi, fma).then_some(fitted)
+                passes(&fitted).then_some(fitted)
             })
         }
+    }
+}
+
+/// The points a fit is checked on: f32 arguments spread evenly over an interval (both ends
+/// included), with the f64 reference at each.
+struct Sweep {
+    xs: Vec<f32>,
+    refs: Vec<f64>,
+}
+
+impl Sweep {
+    fn new(f: &dyn Fn(f64) -> f64, lo: f64, hi: f64, points: usize) -> Sweep {
+        let xs: Vec<f32> = (0..points)
+            .map(|i| {
+                let x = (lo + (hi - lo) * i as f64 / (points - 1) as f64) as f32;
+                x.clamp(lo as f32, hi as f32)
+            })
+            .collect();
+        let refs = xs.iter().map(|&x| f(f64::from(x))).collect();
+        Sweep { xs, refs }
+    }
+
+    /// True when every reference is finite and non-zero: a relative error bound means
+    /// something there (the ops fitted one by one never reach 0 or inf on a finite interval
+    /// except `tanh`/`erf` at 0, which the odd form keeps exact).
+    fn usable(&self) -> bool {
+        self.refs
+            .iter()
+            .zip(&self.xs)
+            .all(|(r, &x)| r.is_finite() && (*r != 0.0 || x == 0.0))
     }
 }
 
@@ -247,35 +353,47 @@ impl Fitted {
         }
     }
 
-    /// The largest relative error of [`Fitted::eval`] against the f64 reference on an even
-    /// sweep of `points` f32 values of `[lo, hi]`.
-    pub(super) fn max_error(&self, op: UnaryOp, lo: f64, hi: f64, points: usize, fma: bool) -> f64 {
-        (0..points)
-            .map(|i| {
-                let x = (lo + (hi - lo) * i as f64 / (points - 1) as f64) as f32;
-                let x = x.clamp(lo as f32, hi as f32);
-                relative_error(self.eval(x, fma), op.eval_f64(f64::from(x)))
-            })
+    /// The cost of evaluating it, in vector instructions: a multiply-add per coefficient
+    /// and about two for the argument's scaling.
+    pub(crate) fn cost(&self) -> usize {
+        self.coefs.len() + 2
+    }
+
+    /// The largest relative error of [`Fitted::eval`] against the f64 reference `f` on an
+    /// even sweep of `points` f32 values of `[lo, hi]`.
+    #[cfg(test)]
+    pub(super) fn max_error(
+        &self,
+        f: &dyn Fn(f64) -> f64,
+        lo: f64,
+        hi: f64,
+        points: usize,
+        fma: bool,
+    ) -> f64 {
+        self.max_error_on(&Sweep::new(f, lo, hi, points), fma)
+    }
+
+    /// The largest relative error of [`Fitted::eval`] on a sweep's points.
+    fn max_error_on(&self, sweep: &Sweep, fma: bool) -> f64 {
+        sweep
+            .xs
+            .iter()
+            .zip(&sweep.refs)
+            .map(|(&x, &r)| relative_error(self.eval(x, fma), r))
             .fold(0.0, f64::max)
     }
 }
 
-/// `|y - r| / |r|` (0 when both are 0; infinite when only `r` is).
+/// `|y - r| / |r|` (0 when both are 0; infinite when only `r` is, or when either is NaN).
 fn relative_error(y: f32, r: f64) -> f64 {
     let d = (f64::from(y) - r).abs();
     if d == 0.0 {
         0.0
+    } else if d.is_nan() {
+        f64::INFINITY
     } else {
         d / r.abs()
     }
-}
-
-/// Whether `fitted` is within [`CHECK`] of `op` on the sweep of `[lo, hi]`.
-fn passes(fitted: &Fitted, op: UnaryOp, lo: f64, hi: f64, fma: bool) -> bool {
-    // a coarse sweep first: most degrees that fail, fail there, at 1/16 of the cost
-    fitted.coefs.iter().all(|c| c.is_finite())
-        && fitted.max_error(op, lo, hi, COARSE_SWEEP, fma) <= CHECK
-        && fitted.max_error(op, lo, hi, SWEEP, fma) <= CHECK
 }
 
 #[cfg(test)]
@@ -346,7 +464,7 @@ mod tests {
             for (op, lo, hi) in cases {
                 let f =
                     fit(op, range(lo, hi), fma).unwrap_or_else(|| panic!("{op:?} [{lo}, {hi}]"));
-                let err = f.max_error(op, lo, hi, 100_001, fma);
+                let err = f.max_error(&|x| op.eval_f64(x), lo, hi, 100_001, fma);
                 assert!(
                     err <= TOLERANCE,
                     "{op:?} on [{lo}, {hi}] (fma {fma}): {err:e}"
@@ -354,5 +472,87 @@ mod tests {
                 assert!(f.eval(f32::NAN, fma).is_nan());
             }
         }
+    }
+
+    /// tiny's chain after its first `tanh`: sigmoid, then four times (+ a, · m, tanh, sigmoid).
+    fn tiny_chain() -> Vec<ChainStep> {
+        use kiln_ir::BinaryOp::{Add, Mul};
+        let mut steps = vec![ChainStep::Unary(UnaryOp::Sigmoid)];
+        for (a, m) in [(0.3, 1.4), (0.35, 1.3), (0.4, 1.2), (0.45, 1.1)] {
+            steps.extend([
+                ChainStep::Right(Add, a),
+                ChainStep::Right(Mul, m),
+                ChainStep::Unary(UnaryOp::Tanh),
+                ChainStep::Unary(UnaryOp::Sigmoid),
+            ]);
+        }
+        steps
+    }
+
+    #[test]
+    fn chains_fit_as_one_polynomial_within_tolerance() {
+        use kiln_ir::BinaryOp::{Add, Div, Mul};
+        let cases: Vec<(Vec<ChainStep>, f64, f64, usize)> = vec![
+            // contracting: a short polynomial follows all 17 steps
+            (tiny_chain(), -1.0001, 1.0001, 5),
+            // softplus, log(1 + exp(x))
+            (
+                vec![
+                    ChainStep::Unary(UnaryOp::Exp),
+                    ChainStep::Right(Add, 1.0),
+                    ChainStep::Unary(UnaryOp::Log),
+                ],
+                -1.0,
+                1.0,
+                9,
+            ),
+            // 1 / sigmoid(x / 2) + a square root
+            (
+                vec![
+                    ChainStep::Right(Mul, 0.5),
+                    ChainStep::Unary(UnaryOp::Sigmoid),
+                    ChainStep::Left(Div, 1.0),
+                    ChainStep::Unary(UnaryOp::Sqrt),
+                ],
+                0.2,
+                3.0,
+                16,
+            ),
+        ];
+        for fma in [true, false] {
+            for (steps, lo, hi, most) in &cases {
+                let f = fit_chain(steps, range(*lo, *hi), fma, 16)
+                    .unwrap_or_else(|| panic!("{steps:?} on [{lo}, {hi}] fits"));
+                assert!(f.coefs.len() <= *most, "{steps:?}: {f:?}");
+                // 25x denser than the check that chose it
+                let err = f.max_error(&|x| eval_chain(steps, x), *lo, *hi, 100_001, fma);
+                assert!(err <= TOLERANCE, "{steps:?} (fma {fma}): {err:e}");
+                assert!(f.eval(f32::NAN, fma).is_nan());
+                // the same key gives the cached fit
+                assert_eq!(fit_chain(steps, range(*lo, *hi), fma, 16), Some(f));
+            }
+        }
+    }
+
+    #[test]
+    fn chains_no_short_polynomial_follows_are_not_fitted() {
+        use kiln_ir::BinaryOp::Mul;
+        let sin3 = [ChainStep::Right(Mul, 3.0), ChainStep::Unary(UnaryOp::Sin)];
+        // through 0: no relative accuracy there
+        assert_eq!(fit_chain(&sin3, range(-1.0, 1.0), true, 16), None);
+        // not bounded
+        assert_eq!(fit_chain(&sin3, ValueRange::ANY, true, 16), None);
+        // fits, but not within the degree allowed
+        assert!(fit_chain(&sin3, range(0.2, 0.8), true, 16).is_some());
+        assert_eq!(fit_chain(&sin3, range(0.2, 0.8), true, 3), None);
+        // the f32 Horner form's rounding, relative to values 7x smaller than the terms
+        // (sin 3 ≈ 0.14), exceeds the tolerance at every degree: a limit of the form
+        assert_eq!(fit_chain(&sin3, range(0.1, 1.0), true, 16), None);
+        // e^(20x) over [0, 1] spans 2^29: too wide for degree 16
+        let exp20 = [ChainStep::Right(Mul, 20.0), ChainStep::Unary(UnaryOp::Exp)];
+        assert_eq!(fit_chain(&exp20, range(0.0, 1.0), true, 16), None);
+        // a log reaching 0 or below in the interval
+        let log = [ChainStep::Right(Mul, 2.0), ChainStep::Unary(UnaryOp::Log)];
+        assert_eq!(fit_chain(&log, range(-0.5, 1.0), true, 16), None);
     }
 }

@@ -1,0 +1,67 @@
+//! The unary chains of a nest (`loops/chains.rs`) the CPU backend computes as one fitted
+//! polynomial of the chain's input (`math/fitted.rs::fit_chain`): a chain whose input's range
+//! is a short finite interval, where a polynomial cheaper than the chain's own ops follows
+//! the chain's f64 composition within the fits' tolerance (1.5 ulp of 1, relative, on a
+//! dense sweep). The other members are then not computed at all. A chain no such polynomial
+//! follows keeps its ops (each transcendental may still be fitted alone). `KILN_NO_CHAIN_FITS`
+//! turns this off, for measurements.
+
+use super::emit::stmt_cost;
+use super::math::{fit_chain, Fitted};
+use crate::loops::{unary_chains, LoopNest, ValueId, ValueRange};
+use std::collections::{HashMap, HashSet};
+
+/// The highest polynomial degree tried for a chain: past it, a monomial Horner form in f32
+/// seldom holds 1.5 ulp, and the fit search's cost grows.
+const MAX_CHAIN_DEGREE: usize = 16;
+
+/// The chains of one nest computed by fitted polynomials.
+#[derive(Default)]
+pub(crate) struct ChainFits {
+    /// each fitted chain's output: the chain's input and the polynomial
+    pub(crate) fits: HashMap<ValueId, (ValueId, Fitted)>,
+    /// the fitted chains' other members: never computed
+    pub(crate) absorbed: HashSet<ValueId>,
+}
+
+/// The chains of `nest` worth fitting (polynomials for an FMA host when `fma`).
+pub(crate) fn chain_fits(nest: &LoopNest, ranges: &[ValueRange], fma: bool) -> ChainFits {
+    let mut out = ChainFits::default();
+    if std::env::var_os("KILN_NO_CHAIN_FITS").is_some() {
+        return out;
+    }
+    for chain in unary_chains(&nest.body, &nest.stores, ranges) {
+        let cost: usize = chain
+            .members
+            .iter()
+            .map(|&m| stmt_cost(&nest.body[m].expr, ranges))
+            .sum();
+        // the polynomial (degree + 3 instructions) must cost less than the ops it replaces
+        let max_degree = cost.saturating_sub(4).min(MAX_CHAIN_DEGREE);
+        if let Some(f) = fit_chain(&chain.steps, ranges[chain.input], fma, max_degree) {
+            let output = chain.output();
+            out.absorbed
+                .extend(chain.members.iter().copied().filter(|&m| m != output));
+            out.fits.insert(output, (chain.input, f));
+        }
+    }
+    out
+}
+
+impl ChainFits {
+    /// The estimated cost of each body statement (see [`stmt_cost`]) with the fits applied:
+    /// 0 for an absorbed member, the polynomial's length for a fitted chain's output.
+    pub(crate) fn costs(&self, nest: &LoopNest, ranges: &[ValueRange]) -> Vec<usize> {
+        (0..nest.body.len())
+            .map(|v| {
+                if self.absorbed.contains(&v) {
+                    0
+                } else if let Some((_, f)) = self.fits.get(&v) {
+                    f.cost()
+                } else {
+                    stmt_cost(&nest.body[v].expr, ranges)
+                }
+            })
+            .collect()
+    }
+}
