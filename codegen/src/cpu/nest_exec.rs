@@ -28,7 +28,7 @@ const PARALLEL_MIN_COST: usize = 1 << 17;
 const BALANCE_MIN_COST: usize = 1 << 21;
 
 /// The estimated work of one point of `nest` (row values are once per row and not counted):
-/// each statement's [`stmt_cost`](super::emit::stmt_cost) (1 for a load or a cheap op, ~24 for a polynomial
+/// each statement's `emit::stmt_cost` (1 for a load or a cheap op, ~24 for a polynomial
 /// transcendental, less for one fitted to its argument's range, and a unary chain fitted as
 /// one polynomial counted as that polynomial: see `chain_fits.rs`), plus one per store.
 pub fn element_cost(nest: &LoopNest) -> usize {
