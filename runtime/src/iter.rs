@@ -265,7 +265,7 @@ fn map1_tiled<A: Element, B: Element>(
 
 /// `t` itself, or a contiguous copy when its inner stride in an iteration space is so large
 /// that a blocked copy first is cheaper than scattered reads.
-fn densify(t: &CpuTensor, inner_stride: isize) -> Option<CpuTensor> {
+pub(crate) fn densify(t: &CpuTensor, inner_stride: isize) -> Option<CpuTensor> {
     (inner_stride.unsigned_abs() > SCATTERED && t.numel() >= 4 * TILE * TILE)
         .then(|| t.contiguous())
 }

@@ -241,6 +241,19 @@ impl CpuTensor {
         lo >= 0 && hi < len
     }
 
+    /// A row-major copy of this tensor when a loop along its last dim would read scattered
+    /// memory (that dim's stride is over 16 elements, and the tensor has at least 4096
+    /// elements and no broadcast dims), so that a blocked copy first is cheaper than the
+    /// scattered reads; `None` otherwise. The eager kernels use the same rule; generated
+    /// kernels ask before reading an input along its last dim.
+    pub fn densified(&self) -> Option<CpuTensor> {
+        let last = self.rank().checked_sub(1)?;
+        if self.shape[last] <= 1 || self.strides.contains(&0) {
+            return None;
+        }
+        crate::iter::densify(self, self.strides[last])
+    }
+
     /// This tensor if contiguous, else a contiguous copy (for kernels that read rows).
     pub(crate) fn contiguous(&self) -> CpuTensor {
         if self.is_contiguous() {

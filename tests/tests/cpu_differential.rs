@@ -2253,6 +2253,78 @@ fn pointwise_chains(fusion: bool) {
     r.finish();
 }
 
+/// Inputs a kernel would read along their last dim with scattered accesses (a transpose
+/// whose last dim's stride is past 16 elements, of at least 4096 elements): the cpu backend
+/// copies them row-major first (`NestKernel::densified_inputs`). Transposed 2-d and 3-d
+/// inputs into softmax, layer norm, a row sum, a pointwise chain and a two-input op with a
+/// contiguous partner, a reduction over the first dim (read along it: no copy), a slice with
+/// a wide step, and an expanded (broadcast) operand that must not be copied.
+fn scattered_inputs(fusion: bool) {
+    let mut r = Report::new("scattered_inputs", fusion);
+    let transposed = |shape: &[usize], seed: u64| {
+        let mut s = shape.to_vec();
+        let n = s.len();
+        s.swap(n - 1, n - 2);
+        normal(&s, seed).transpose(-1, -2).unwrap()
+    };
+    for (i, shape) in [vec![64, 100], vec![3, 40, 70], vec![4096, 17]]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 1900 + 10 * i as u64;
+        let x = transposed(&shape, seed);
+        assert!(x.strides().last().unwrap().unsigned_abs() > 16 && x.numel() >= 4096);
+        let n = *shape.last().unwrap();
+        let dense = normal(&shape, seed + 1);
+        let w = normal(&[n], seed + 2);
+        let wide_step = normal(&[shape[0], n * 20], seed + 3)
+            .slice(-1, 0, (n * 20) as i64, 20)
+            .unwrap();
+        let broadcast = normal(&[n], seed + 4).expand(&dims_i64(&shape)).unwrap();
+        let inputs = vec![x, dense, w, broadcast];
+        let inputs2 = if shape.len() == 2 {
+            vec![wide_step, normal(&shape, seed + 5)]
+        } else {
+            vec![transposed(&shape, seed + 6), normal(&shape, seed + 5)]
+        };
+        check(
+            &mut r,
+            &format!("row kernels of a transposed {shape:?}"),
+            |x: &[Tensor]| {
+                Ok(vec![
+                    x[0].softmax(-1)?,
+                    x[0].layer_norm(&[x[0].shape()[x[0].rank() - 1]], Some(&x[2]), None, 1e-5)?,
+                    x[0].sum(&[-1], false)?,
+                    x[0].sum(&[0], false)?,
+                ])
+            },
+            Tol::Reduce,
+            &[("transposed".into(), inputs.clone())],
+        );
+        check(
+            &mut r,
+            &format!("pointwise on a transposed {shape:?}"),
+            |x: &[Tensor]| {
+                Ok(vec![
+                    x[0].mul(1.5)?.add(0.5)?.tanh()?,
+                    x[0].add(&x[1])?.sigmoid()?.mul(&x[3])?,
+                    x[3].mul(2.0)?.add(&x[0])?,
+                ])
+            },
+            Tol::Pointwise,
+            &[("transposed".into(), inputs)],
+        );
+        check(
+            &mut r,
+            &format!("a wide-step slice or a second transposed input {shape:?}"),
+            |x: &[Tensor]| Ok(vec![x[0].mul(&x[1])?.exp()?, x[0].softmax(-1)?]),
+            Tol::Reduce,
+            &[("scattered".into(), inputs2)],
+        );
+    }
+    r.finish();
+}
+
 fn reduction_chains(fusion: bool) {
     let mut r = Report::new("reduction_chains", fusion);
     for (i, shape) in SHAPES_2D.iter().enumerate() {
@@ -2834,6 +2906,7 @@ fused_and_unfused! {
     unary_domain_edges,
     bounded_transcendentals,
     fitted_chains,
+    scattered_inputs,
     unary_special_values,
     trig_large_arguments,
     binary_add,

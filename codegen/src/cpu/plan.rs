@@ -385,8 +385,13 @@ impl CpuPlan {
                     for o in &step.outputs {
                         outs.push(self.buffer(*o, &shape_of(o)?, arena)?);
                     }
-                    let all: SmallVec<[&CpuTensor; 8]> =
-                        in_refs.iter().copied().chain(&outs).collect();
+                    let dense = n.densified_inputs(&in_refs);
+                    let all: SmallVec<[&CpuTensor; 8]> = in_refs
+                        .iter()
+                        .zip(dense.iter().chain(std::iter::repeat(&None)))
+                        .map(|(t, d)| d.as_ref().unwrap_or(t))
+                        .chain(&outs)
+                        .collect();
                     let prepared = n.prepare(&all, false);
                     drop(all);
                     match prepared {
