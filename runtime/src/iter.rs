@@ -88,6 +88,16 @@ impl<const N: usize> Space<N> {
         offs
     }
 
+    /// The collapsed shape (innermost dim last).
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Operand `k`'s strides over the collapsed shape.
+    pub(crate) fn strides(&self, k: usize) -> &[isize] {
+        &self.strides[k]
+    }
+
     /// The strides of the innermost (collapsed) dim.
     pub(crate) fn inner_strides(&self) -> [isize; N] {
         let d = self.shape.len() - 1;
@@ -211,9 +221,9 @@ pub(crate) fn map1_into<A: Element, B: Element>(
 }
 
 /// An inner stride (in elements) above which consecutive reads touch different cache lines.
-const SCATTERED: usize = 16;
+pub(crate) const SCATTERED: usize = 16;
 /// Tile edge of the blocked (transposing) copy.
-const TILE: usize = 32;
+pub(crate) const TILE: usize = 32;
 
 /// `map1_into` for a layout whose innermost dim is scattered but whose next dim is denser
 /// (a transpose): walks TILE×TILE blocks so both reads and writes stay in cache.

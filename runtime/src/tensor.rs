@@ -265,6 +265,12 @@ impl CpuTensor {
 
     /// A fresh contiguous copy converted to `dtype` (cast semantics).
     pub(crate) fn copy_as(&self, dtype: DType) -> CpuTensor {
+        if dtype == self.dtype {
+            let fast = with_dtype!(self.dtype, T => crate::transpose::transposed_copy::<T>(self));
+            if let Some(t) = fast {
+                return t;
+            }
+        }
         with_dtype!(self.dtype, A => with_dtype!(dtype, B => iter::map1::<A, B>(self, 1 << 15, |x: A| x.cast::<B>())))
     }
 
