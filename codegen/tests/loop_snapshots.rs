@@ -135,3 +135,16 @@ fn every_corpus_graph_gives_cranelift_ir() {
     }
     assert!(checked >= 28, "only {checked} corpus graphs");
 }
+
+/// `--stage clif` names each unary chain computed as one fitted polynomial: tiny's 17 steps
+/// after its first `tanh` (whose output lies in [-1, 1]).
+#[test]
+fn clif_names_fitted_chains() {
+    let g = &corpus_file("tiny_workload")[0];
+    let clif = describe(&scheduled(g), true).expect("describes");
+    let line = clif
+        .lines()
+        .find(|l| l.starts_with("; v30 = P(v5): 17 steps as one polynomial of degree "))
+        .unwrap_or_else(|| panic!("no fitted chain line in:\n{clif}"));
+    assert!(line.ends_with("on [-1.000000, 1.000000]"), "{line}");
+}

@@ -15,11 +15,23 @@ use std::collections::{HashMap, HashSet};
 /// seldom holds 1.5 ulp, and the fit search's cost grows.
 const MAX_CHAIN_DEGREE: usize = 16;
 
+/// A chain computed as one polynomial.
+pub(crate) struct FittedChain {
+    /// the chain's input
+    pub(crate) input: ValueId,
+    /// the polynomial of the input
+    pub(crate) fit: Fitted,
+    /// how many statements it replaces
+    pub(crate) steps: usize,
+    /// the input's interval
+    pub(crate) range: ValueRange,
+}
+
 /// The chains of one nest computed by fitted polynomials.
 #[derive(Default)]
 pub(crate) struct ChainFits {
-    /// each fitted chain's output: the chain's input and the polynomial
-    pub(crate) fits: HashMap<ValueId, (ValueId, Fitted)>,
+    /// each fitted chain, by its output
+    pub(crate) fits: HashMap<ValueId, FittedChain>,
     /// the fitted chains' other members: never computed
     pub(crate) absorbed: HashSet<ValueId>,
 }
@@ -42,13 +54,42 @@ pub(crate) fn chain_fits(nest: &LoopNest, ranges: &[ValueRange], fma: bool) -> C
             let output = chain.output();
             out.absorbed
                 .extend(chain.members.iter().copied().filter(|&m| m != output));
-            out.fits.insert(output, (chain.input, f));
+            out.fits.insert(
+                output,
+                FittedChain {
+                    input: chain.input,
+                    fit: f,
+                    steps: chain.members.len(),
+                    range: ranges[chain.input],
+                },
+            );
         }
     }
     out
 }
 
 impl ChainFits {
+    /// One comment line per fitted chain, in body order, for `kiln dump --stage clif`:
+    /// `; v30 = P(v5): 17 steps as one polynomial of degree 3 on [-1.000000, 1.000000]`.
+    pub(crate) fn describe(&self) -> Vec<String> {
+        let mut outputs: Vec<&ValueId> = self.fits.keys().collect();
+        outputs.sort();
+        outputs
+            .into_iter()
+            .map(|v| {
+                let c = &self.fits[v];
+                format!(
+                    "; v{v} = P(v{}): {} steps as one polynomial of degree {} on [{:.6}, {:.6}]",
+                    c.input,
+                    c.steps,
+                    c.fit.degree(),
+                    c.range.lo,
+                    c.range.hi
+                )
+            })
+            .collect()
+    }
+
     /// The estimated cost of each body statement (see [`stmt_cost`]) with the fits applied:
     /// 0 for an absorbed member, the polynomial's length for a fitted chain's output.
     pub(crate) fn costs(&self, nest: &LoopNest, ranges: &[ValueRange]) -> Vec<usize> {
@@ -56,8 +97,8 @@ impl ChainFits {
             .map(|v| {
                 if self.absorbed.contains(&v) {
                     0
-                } else if let Some((_, f)) = self.fits.get(&v) {
-                    f.cost()
+                } else if let Some(c) = self.fits.get(&v) {
+                    c.fit.cost()
                 } else {
                     stmt_cost(&nest.body[v].expr, ranges)
                 }

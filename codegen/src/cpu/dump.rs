@@ -1,11 +1,13 @@
 //! The text of the CPU backend's stages: loop nests (`kiln dump --stage loops`) and
 //! Cranelift IR (`--stage clif`), kernel by kernel.
 
+use super::chain_fits::chain_fits;
 use super::emit::{row_group, InnerAccess, Spec};
 use super::jit::clif_text;
+use super::jit::host_fma;
 use super::plan::{CpuKernel, CpuPlan};
 use crate::error::CodegenError;
-use crate::loops::{LoopNest, Role};
+use crate::loops::{value_ranges, LoopNest, Role};
 use kiln_passes::schedule::Schedule;
 use std::fmt::Write;
 
@@ -41,6 +43,9 @@ pub fn describe(s: &Schedule, clif: bool) -> Result<String, CodegenError> {
         if clif {
             let spec = default_spec(nest);
             let _ = writeln!(out, "; {} at {:?}", nest.name, spec);
+            for line in chain_fits(nest, &value_ranges(&nest.body), host_fma()).describe() {
+                let _ = writeln!(out, "{line}");
+            }
             out.push_str(&clif_text(nest, &spec)?);
             out.push('\n');
         } else {

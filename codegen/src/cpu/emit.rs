@@ -836,10 +836,10 @@ impl Emitter<'_> {
             if self.chains.absorbed.contains(&v) {
                 continue;
             }
-            if let Some((input, f)) = self.chains.fits.get(&v) {
+            if let Some(c) = self.chains.fits.get(&v) {
                 for vals in all.iter_mut() {
-                    let x = self.lookup(*input, w, vals, splats);
-                    let y = self.math.fitted(b, f, x);
+                    let x = self.lookup(c.input, w, vals, splats);
+                    let y = self.math.fitted(b, &c.fit, x);
                     vals.insert(v, y);
                 }
                 continue;

@@ -353,6 +353,11 @@ impl Fitted {
         }
     }
 
+    /// The polynomial's degree (in the argument, or in x² for the odd form).
+    pub(crate) fn degree(&self) -> usize {
+        self.coefs.len() - 1
+    }
+
     /// The cost of evaluating it, in vector instructions: a multiply-add per coefficient
     /// and about two for the argument's scaling.
     pub(crate) fn cost(&self) -> usize {
