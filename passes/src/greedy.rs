@@ -3,6 +3,13 @@
 //! loop nests allow it (the same legality table as [`crate::egraph::fusion`]), else starts
 //! a kernel. It never looks ahead and never duplicates work, so it cannot trade a
 //! recomputation for a saved write, and it fuses into whichever producer comes first.
+//!
+//! [`greedy_fuse_any_operand`] is the same walk trying every operand's kernel in turn (the
+//! first that can take the op): softmax's `x - max(x)` after a matmul epilogue wrote `x`
+//! cannot join the matmul (it needs the max, computed after it) but joins the max's row
+//! reduction, so max, exp, sum and the division become one row kernel, where the
+//! first-operand walk leaves the max alone in a reduction kernel. `optimize` keeps the
+//! cheapest of the e-graph's extraction and both walks.
 
 use crate::egraph::fusion::{kind_of, merged_kind};
 use crate::egraph::lang::{GroupBody, GroupKind};
@@ -24,8 +31,18 @@ fn singleton(kind: GroupKind, ty: &TensorType, space: &TensorType) -> GroupBody 
     }
 }
 
-/// `g` with each op tagged with a greedily chosen kernel (like `optimize`'s output).
+/// `g` with each op tagged with a greedily chosen kernel (like `optimize`'s output): each op
+/// joins its first operand's kernel or starts one.
 pub fn greedy_fuse(g: &Graph) -> Graph {
+    greedy_walk(g, false)
+}
+
+/// [`greedy_fuse`] where an op joins the first of its operands' kernels that can take it.
+pub fn greedy_fuse_any_operand(g: &Graph) -> Graph {
+    greedy_walk(g, true)
+}
+
+fn greedy_walk(g: &Graph, any_operand: bool) -> Graph {
     let mut out = g.clone();
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
@@ -40,11 +57,20 @@ pub fn greedy_fuse(g: &Graph) -> Graph {
             _ => n.ty.clone(),
         };
         let me = singleton(kind, &n.ty, &space);
-        let first_operand_group = n.args.iter().find_map(|a| match a {
-            Arg::Value(v) => group_of.get(v).copied(),
-            Arg::Scalar(_) => None,
-        });
-        let joined = first_operand_group.and_then(|gid| {
+        let mut operand_groups: Vec<usize> = Vec::new();
+        for a in &n.args {
+            if let Arg::Value(v) = a {
+                if let Some(&gid) = group_of.get(v) {
+                    if !operand_groups.contains(&gid) {
+                        operand_groups.push(gid);
+                    }
+                }
+            }
+        }
+        if !any_operand {
+            operand_groups.truncate(1);
+        }
+        let try_join = |gid: usize| {
             if kind == GroupKind::Copy || groups[gid].body.kind == GroupKind::Copy {
                 return None;
             }
@@ -60,7 +86,8 @@ pub fn greedy_fuse(g: &Graph) -> Graph {
                 Arg::Scalar(_) => true,
             });
             acyclic.then_some((gid, k, space))
-        });
+        };
+        let joined = operand_groups.into_iter().find_map(try_join);
         let gid = match joined {
             Some((gid, k, space)) => {
                 let b = &mut groups[gid].body;

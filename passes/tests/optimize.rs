@@ -10,7 +10,7 @@ use kiln_ir::interp::{eval, random_inputs, Value};
 use kiln_ir::text::parse_module;
 use kiln_ir::{DType, Graph};
 use kiln_passes::egraph::{optimize, OptimizeOptions};
-use kiln_passes::greedy::greedy_fuse;
+use kiln_passes::greedy::{greedy_fuse, greedy_fuse_any_operand};
 use kiln_passes::pipeline::{run_passes, PassOptions};
 use kiln_passes::schedule::{schedule, Schedule};
 use proptest::prelude::*;
@@ -208,6 +208,43 @@ fn workload_kernels_and_bytes_meet_expectations() {
         fused.bytes_moved(64) * 2 < unfused.bytes_moved(64),
         "{}",
         summary(&fused)
+    );
+}
+
+/// The any-operand greedy walk: an op that cannot join its first operand's kernel joins
+/// another operand's. Attention scores written by a matmul epilogue, then softmax: `x -
+/// max(x)` cannot join the matmul (the max is computed after it starts) but joins the max's
+/// row reduction, so the whole softmax is one row kernel (the first-operand walk leaves the
+/// max alone); a residual add whose second operand is a matmul joins its epilogue.
+#[test]
+fn greedy_any_operand_joins_a_later_operands_kernel() {
+    let text = r#"
+graph @scores(%q: f32[2,4,16,8], %k: f32[2,4,8,16], %m: f32[2,1,1,16], %r: f32[2,4,16,16], %w: f32[16,16]) -> (f32[2,4,16,16], f32[2,4,16,16]) {
+  %0 = matmul %q, %k : f32[2,4,16,16]
+  %1 = mul %0, 0.35 : f32[2,4,16,16]
+  %2 = add %1, %m : f32[2,4,16,16]
+  %3 = softmax %2 {dim = -1} : f32[2,4,16,16]
+  %4 = matmul %3, %w : f32[2,4,16,16]
+  %5 = add %r, %4 : f32[2,4,16,16]
+  return %3, %5
+}
+"#;
+    let g = &parse_module(text).unwrap()[0];
+    let d = run_passes(g, &["decompose"], &PassOptions::default(), true).unwrap();
+    let first = schedule(&greedy_fuse(&d)).unwrap();
+    let any = schedule(&greedy_fuse_any_operand(&d)).unwrap();
+    let kinds = |s: &Schedule| s.kernels.iter().map(|k| k.kind.name()).collect::<Vec<_>>();
+    assert_eq!(
+        kinds(&any),
+        vec!["matmul", "row", "matmul"],
+        "{}",
+        summary(&any)
+    );
+    assert!(
+        first.kernels.len() > any.kernels.len() && first.cost(64) > any.cost(64),
+        "first operand: {}\nany operand: {}",
+        summary(&first),
+        summary(&any)
     );
 }
 

@@ -220,13 +220,24 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
             },
         );
         let (simplified, _) = emit(g, &eg, &plain, &roots)?;
-        let greedy = crate::greedy::greedy_fuse(&simplified);
         let cost = |g: &Graph| {
             crate::schedule::schedule(g)
                 .map(|s| s.cost(64))
                 .unwrap_or(f64::INFINITY)
         };
-        let (c_egraph, c_greedy) = (cost(&out), cost(&greedy));
+        // the two greedy walks (first operand; any operand): the cheaper is the candidate
+        let (greedy, c_greedy) = [
+            crate::greedy::greedy_fuse(&simplified),
+            crate::greedy::greedy_fuse_any_operand(&simplified),
+        ]
+        .into_iter()
+        .map(|g| {
+            let c = cost(&g);
+            (g, c)
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("two candidates");
+        let c_egraph = cost(&out);
         let picked_at = start.elapsed().as_secs_f64() * 1e3;
         if c_greedy < c_egraph {
             out = greedy;
