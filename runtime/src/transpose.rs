@@ -155,6 +155,15 @@ mod tests {
     use super::*;
     use kiln_ir::DType;
 
+    /// A tensor's f32 values as bits, row-major.
+    fn bits(t: &CpuTensor) -> Vec<u32> {
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    }
+
     /// The value at each index of a transposed view, by its strides.
     fn expected(x: &CpuTensor) -> Vec<u32> {
         let all = x.storage().guard().slice::<f32>().to_vec();
@@ -209,25 +218,12 @@ mod tests {
             if has_avx() {
                 let got = got.expect("a transposed layout of 4-byte elements");
                 assert!(got.is_contiguous());
-                let bits: Vec<u32> = got
-                    .to_vec::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect();
-                assert_eq!(bits, want, "[{batch}, {rows}, {cols}] flip {flip}");
+                assert_eq!(bits(&got), want, "[{batch}, {rows}, {cols}] flip {flip}");
             } else {
                 assert!(got.is_none());
             }
             // and through the public copy
-            let c = x.contiguous();
-            let bits: Vec<u32> = c
-                .to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect();
-            assert_eq!(bits, want);
+            assert_eq!(bits(&x.contiguous()), want);
         }
     }
 

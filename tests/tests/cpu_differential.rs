@@ -540,30 +540,20 @@ fn unary_domain_edges(fusion: bool) {
     r.finish();
 }
 
-/// Transcendentals whose argument the range analysis bounds to a short interval (a
-/// `tanh` or `sigmoid` output, scaled and shifted): the cpu backend computes them as
-/// polynomials fitted at compile time (`cpu/math/fitted.rs`) when fused; every size and
-/// shape, every layout, and NaN, ±inf and ±0 inputs.
-fn bounded_transcendentals(fusion: bool) {
-    let mut r = Report::new("bounded_transcendentals", fusion);
-    let f = |x: &[Tensor]| {
-        let t = x[0].tanh()?;
-        let s = x[0].sigmoid()?;
-        Ok(vec![
-            t.sigmoid()?,
-            s.add(0.3)?.mul(1.4)?.tanh()?,
-            t.mul(0.8)?.tanh()?,
-            t.mul(0.7)?.erf()?,
-            s.mul(0.5)?.sub(0.25)?.exp()?,
-        ])
-    };
+/// Checks the single-input pointwise program `f` (at `Tol::Pointwise`) on every size and
+/// 2-d shape in every layout (values `Dist::Scaled(3.0)` from `seed`), then on NaN, ±inf,
+/// ±0, ±1e-30 and ±40; the cases are named `name` plus the shape or "of special values".
+fn check_bounded_pointwise<F>(r: &mut Report, name: &str, f: F, seed: u64)
+where
+    F: Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync + Copy,
+{
     for shape in all_shapes() {
         check(
-            &mut r,
-            &format!("bounded chains {shape:?}"),
+            r,
+            &format!("{name} {shape:?}"),
             f,
             Tol::Pointwise,
-            &single_input_layouts(&shape, Dist::Scaled(3.0), 170),
+            &single_input_layouts(&shape, Dist::Scaled(3.0), seed),
         );
     }
     let specials = Tensor::from_f64(
@@ -583,12 +573,32 @@ fn bounded_transcendentals(fusion: bool) {
     )
     .unwrap();
     check(
-        &mut r,
-        "bounded chains of special values",
+        r,
+        &format!("{name} of special values"),
         f,
         Tol::Pointwise,
         &[("specials".into(), vec![specials])],
     );
+}
+
+/// Transcendentals whose argument the range analysis bounds to a short interval (a
+/// `tanh` or `sigmoid` output, scaled and shifted): the cpu backend computes them as
+/// polynomials fitted at compile time (`cpu/math/fitted.rs`) when fused; every size and
+/// shape, every layout, and NaN, ±inf and ±0 inputs.
+fn bounded_transcendentals(fusion: bool) {
+    let mut r = Report::new("bounded_transcendentals", fusion);
+    let f = |x: &[Tensor]| {
+        let t = x[0].tanh()?;
+        let s = x[0].sigmoid()?;
+        Ok(vec![
+            t.sigmoid()?,
+            s.add(0.3)?.mul(1.4)?.tanh()?,
+            t.mul(0.8)?.tanh()?,
+            t.mul(0.7)?.erf()?,
+            s.mul(0.5)?.sub(0.25)?.exp()?,
+        ])
+    };
+    check_bounded_pointwise(&mut r, "bounded chains", f, 170);
     r.finish();
 }
 
@@ -620,38 +630,7 @@ fn fitted_chains(fusion: bool) {
         let rows = x[0].tanh()?.mul(0.5)?.sigmoid()?.exp()?.sum(&[-1], true)?;
         Ok(vec![t, softplus, divided, middle, after, rows])
     };
-    for shape in all_shapes() {
-        check(
-            &mut r,
-            &format!("fitted chains {shape:?}"),
-            f,
-            Tol::Pointwise,
-            &single_input_layouts(&shape, Dist::Scaled(3.0), 190),
-        );
-    }
-    let specials = Tensor::from_f64(
-        &[
-            0.0,
-            -0.0,
-            1e-30,
-            -1e-30,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            40.0,
-            -40.0,
-        ],
-        &[9],
-        DType::F32,
-    )
-    .unwrap();
-    check(
-        &mut r,
-        "fitted chains of special values",
-        f,
-        Tol::Pointwise,
-        &[("specials".into(), vec![specials])],
-    );
+    check_bounded_pointwise(&mut r, "fitted chains", f, 190);
     r.finish();
 }
 

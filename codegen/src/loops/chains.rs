@@ -175,6 +175,10 @@ mod tests {
     use super::*;
     use crate::loops::value_ranges;
 
+    fn store(buffer: usize, value: ValueId) -> Store {
+        Store { buffer, value }
+    }
+
     fn body_of(exprs: Vec<Expr>) -> Vec<Stmt> {
         exprs.into_iter().map(|e| Stmt::f32(e, false)).collect()
     }
@@ -198,10 +202,7 @@ mod tests {
             Unary(UnaryOp::Tanh, 10),
             Unary(UnaryOp::Sigmoid, 11),
         ]);
-        let stores = [Store {
-            buffer: 1,
-            value: 12,
-        }];
+        let stores = [store(1, 12)];
         let ranges = value_ranges(&body);
         let chains = unary_chains(&body, &stores, &ranges);
         assert_eq!(chains.len(), 1, "{chains:?}");
@@ -235,16 +236,7 @@ mod tests {
             Const(2.0),
             Binary(BinaryOp::Mul, 2, 4),
         ]);
-        let stores = [
-            Store {
-                buffer: 1,
-                value: 3,
-            },
-            Store {
-                buffer: 2,
-                value: 5,
-            },
-        ];
+        let stores = [store(1, 3), store(2, 5)];
         let ranges = value_ranges(&body);
         // s has two uses: no run through it, and the runs after it are single steps
         assert!(unary_chains(&body, &stores, &ranges).is_empty());
@@ -264,16 +256,7 @@ mod tests {
             Unary(UnaryOp::Exp, 0),
             Unary(UnaryOp::Log, 7),
         ]);
-        let stores = [
-            Store {
-                buffer: 1,
-                value: 6,
-            },
-            Store {
-                buffer: 2,
-                value: 8,
-            },
-        ];
+        let stores = [store(1, 6), store(2, 8)];
         let ranges = value_ranges(&body);
         let chains = unary_chains(&body, &stores, &ranges);
         // relu breaks the first run: tanh(relu(..)) + 3, · 3 is one chain from relu's value
