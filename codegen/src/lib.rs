@@ -8,5 +8,6 @@ pub mod cuda;
 mod error;
 pub mod logging;
 pub mod loops;
+pub mod matmul_group;
 
 pub use error::CodegenError;

@@ -29,6 +29,7 @@ pub use alloc::{allocator_stats, empty_cache, AllocStats};
 pub use element::Element;
 pub use error::RuntimeError;
 pub use exec::{execute, execute_inplace, EagerArg};
+pub use kernels::layout::view_strides;
 pub use kernels::matmul::{matmul_into, RowEpilogue};
 pub use raw::ReadLock;
 pub use storage::Storage;

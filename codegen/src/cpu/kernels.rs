@@ -5,6 +5,7 @@
 use super::nest_exec::NestKernel;
 use crate::error::CodegenError;
 use crate::loops::{lower_kernel, Unsupported};
+use crate::matmul_group::{matmul_shape, split_matmul_group};
 use kiln_ir::{Arg, DType, Dim, Graph, NodeId, Op};
 use kiln_runtime::{execute, matmul_into, CpuTensor, EagerArg};
 use std::collections::HashMap;
@@ -25,6 +26,46 @@ pub(crate) fn concrete(dims: &[Dim], bound: &Bindings) -> Option<Vec<usize>> {
             Dim::Sym(s) => lookup(bound, s),
         })
         .collect()
+}
+
+/// Checks a plan's inputs (dtype and rank of each, `(dtype, shape)` in the graph's input
+/// order) against its graph and binds the symbolic dims to their sizes.
+pub(crate) fn bind_inputs(
+    plan: &str,
+    graph: &Graph,
+    ids: &[NodeId],
+    inputs: &[(DType, &[usize])],
+) -> Result<Bindings, CodegenError> {
+    let mut bound: Bindings = Vec::new();
+    let bad = |reason: String| CodegenError::Inputs {
+        plan: plan.to_string(),
+        reason,
+    };
+    for (id, (dtype, shape)) in ids.iter().zip(inputs) {
+        let ty = &graph.node(*id).ty;
+        let name = graph.input_name(*id).unwrap_or("?");
+        if ty.dtype != *dtype || ty.shape.rank() != shape.len() {
+            return Err(bad(format!("input {name} is {ty}, got {dtype}{shape:?}")));
+        }
+        for (d, &n) in ty.shape.dims().iter().zip(shape.iter()) {
+            match d {
+                Dim::Sym(s) => match bound.iter().find(|(b, _)| b == &**s) {
+                    Some((_, m)) if *m != n => {
+                        return Err(bad(format!("symbol {s} is both {m} and {n}")))
+                    }
+                    Some(_) => {}
+                    None => bound.push((s.to_string(), n)),
+                },
+                Dim::Const(c) if *c != n => {
+                    return Err(bad(format!(
+                        "input {name} has shape {shape:?}, compiled for {ty}"
+                    )))
+                }
+                Dim::Const(_) => {}
+            }
+        }
+    }
+    Ok(bound)
 }
 
 /// A kernel group on the eager kernels: its body graph, op by op.
@@ -110,90 +151,21 @@ struct Epilogue {
 impl MatmulKernel {
     /// The generated form of a group whose first op is an f32 matmul, if it has one.
     pub fn new(body: &Graph) -> Result<MatmulKernel, Unsupported> {
-        let unsupported = |reason: &str| Unsupported {
-            kernel: body.name().to_string(),
-            reason: reason.to_string(),
-        };
-        let mms: Vec<NodeId> = body
-            .nodes()
-            .filter(|(_, n)| n.op == Op::Matmul)
-            .map(|(id, _)| id)
-            .collect();
-        let [mm] = mms[..] else {
-            return Err(unsupported("not exactly one matmul"));
-        };
-        let node = body.node(mm);
-        let operand_pos = |a: &Arg| match a {
-            Arg::Value(v) => body.inputs().iter().position(|(_, id)| id == v),
-            Arg::Scalar(_) => None,
-        };
-        let (Some(a), Some(b)) = (operand_pos(&node.args[0]), operand_pos(&node.args[1])) else {
-            return Err(unsupported("matmul operands are not group inputs"));
-        };
-        let f32s = |id: NodeId| body.node(id).ty.dtype == DType::F32;
-        if !f32s(mm) || body.inputs().iter().any(|(_, id)| !f32s(*id)) {
-            return Err(unsupported("not f32"));
-        }
-        let mm_is_output = body.outputs().contains(&mm);
-        let others: Vec<NodeId> = body
-            .outputs()
-            .iter()
-            .copied()
-            .filter(|o| *o != mm)
-            .collect();
-        if mm_is_output && body.outputs()[0] != mm {
-            return Err(unsupported("the product is an output but not the first"));
-        }
-        let epilogue = if others.is_empty() {
-            None
-        } else {
-            // the epilogue graph: the product becomes the input `acc`
-            let mut g = Graph::new(format!("{}_epilogue", body.name()));
-            let bad = |e: kiln_ir::GraphError| unsupported(&e.to_string());
-            let mut map: HashMap<NodeId, NodeId> = HashMap::new();
-            let mut inputs: Vec<Option<usize>> = Vec::new();
-            for (id, n) in body.nodes() {
-                if id == mm {
-                    map.insert(id, g.add_input("acc", n.ty.clone()).map_err(bad)?);
-                    inputs.push(None);
-                    continue;
-                }
-                if n.op == Op::Input {
-                    let used = body.users(id).iter().any(|u| *u != mm);
-                    if used {
-                        let name = body.input_name(id).unwrap_or("in").to_string();
-                        map.insert(id, g.add_input(name, n.ty.clone()).map_err(bad)?);
-                        inputs.push(body.inputs().iter().position(|(_, i)| *i == id));
-                    }
-                    continue;
-                }
-                let args: Vec<Arg> = n
-                    .args
-                    .iter()
-                    .map(|a| match a {
-                        Arg::Value(v) => Arg::Value(map[v]),
-                        s => *s,
-                    })
-                    .collect();
-                map.insert(id, g.add_op(n.op.clone(), &args, None).map_err(bad)?);
-            }
-            g.set_outputs(others.iter().map(|o| map[o]).collect())
-                .map_err(bad)?;
-            let nest = lower_kernel(&g)?;
-            let shape = &node.ty.shape;
-            let by_rows = others.iter().all(|o| body.node(*o).ty.shape == *shape);
-            Some(Epilogue {
-                nest: NestKernel::new(nest),
-                inputs,
-                by_rows,
-            })
+        let split = split_matmul_group(body)?;
+        let epilogue = match split.epilogue {
+            None => None,
+            Some(e) => Some(Epilogue {
+                nest: NestKernel::new(lower_kernel(&e.graph)?),
+                inputs: e.inputs,
+                by_rows: e.by_rows,
+            }),
         };
         Ok(MatmulKernel {
             body: body.clone(),
-            a,
-            b,
+            a: split.a,
+            b: split.b,
             epilogue,
-            mm_is_output,
+            mm_is_output: split.mm_is_output,
         })
     }
 
@@ -226,7 +198,7 @@ impl MatmulKernel {
             outputs
         };
         // the product: an output, or computed in place in the (same-shaped) first output
-        let mm_shape = infer_mm_shape(a.shape(), b.shape());
+        let mm_shape = matmul_shape(a.shape(), b.shape());
         let acc = if self.mm_is_output {
             outputs[0].clone()
         } else if ep.by_rows
@@ -271,36 +243,4 @@ impl MatmulKernel {
         }
         Ok(outputs.to_vec())
     }
-}
-
-/// torch.matmul's result shape for operands of rank ≥ 1 (already checked by the tracer).
-fn infer_mm_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
-    let a2: Vec<usize> = if a.len() == 1 {
-        vec![1, a[0]]
-    } else {
-        a.to_vec()
-    };
-    let b2: Vec<usize> = if b.len() == 1 {
-        vec![b[0], 1]
-    } else {
-        b.to_vec()
-    };
-    let (ba, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
-    let r = ba.len().max(bb.len());
-    let mut shape = vec![1usize; r];
-    for bt in [ba, bb] {
-        for (i, &n) in bt.iter().enumerate() {
-            let o = r - bt.len() + i;
-            if n != 1 {
-                shape[o] = n;
-            }
-        }
-    }
-    if a.len() > 1 {
-        shape.push(a2[a2.len() - 2]);
-    }
-    if b.len() > 1 {
-        shape.push(b2[b2.len() - 1]);
-    }
-    shape
 }

@@ -3,11 +3,11 @@
 //! eager kernels; intermediates live in an arena of reusable buffers laid out by the
 //! schedule's memory plan, so a call allocates only its outputs.
 
-use super::kernels::{concrete, run_graph, Bindings, EagerKernel, MatmulKernel};
+use super::kernels::{bind_inputs, concrete, run_graph, Bindings, EagerKernel, MatmulKernel};
 use super::nest_exec::NestKernel;
 use crate::error::CodegenError;
 use crate::loops::{lower_kernel, LoopNest};
-use kiln_ir::{DType, Dim, Graph, NodeId, Op};
+use kiln_ir::{DType, Graph, NodeId, Op};
 use kiln_passes::egraph::lang::GroupKind;
 use kiln_passes::schedule::Schedule;
 use kiln_runtime::{execute, CpuTensor, EagerArg};
@@ -179,49 +179,9 @@ impl CpuPlan {
     }
 
     fn bind(&self, inputs: &[&CpuTensor]) -> Result<Bindings, CodegenError> {
-        let mut bound: Bindings = Vec::new();
-        for (id, t) in self.inputs.iter().zip(inputs) {
-            let ty = &self.graph.node(*id).ty;
-            if ty.dtype != t.dtype() || ty.shape.rank() != t.rank() {
-                return Err(CodegenError::Inputs {
-                    plan: self.name.clone(),
-                    reason: format!(
-                        "input {} is {}, got {}{:?}",
-                        self.graph.input_name(*id).unwrap_or("?"),
-                        ty,
-                        t.dtype(),
-                        t.shape()
-                    ),
-                });
-            }
-            for (d, &n) in ty.shape.dims().iter().zip(t.shape()) {
-                match d {
-                    Dim::Sym(s) => match bound.iter().find(|(b, _)| b == &**s) {
-                        Some((_, m)) if *m != n => {
-                            return Err(CodegenError::Inputs {
-                                plan: self.name.clone(),
-                                reason: format!("symbol {s} is both {m} and {n}"),
-                            })
-                        }
-                        Some(_) => {}
-                        None => bound.push((s.to_string(), n)),
-                    },
-                    Dim::Const(c) if *c != n => {
-                        return Err(CodegenError::Inputs {
-                            plan: self.name.clone(),
-                            reason: format!(
-                                "input {} has shape {:?}, compiled for {}",
-                                self.graph.input_name(*id).unwrap_or("?"),
-                                t.shape(),
-                                ty
-                            ),
-                        })
-                    }
-                    Dim::Const(_) => {}
-                }
-            }
-        }
-        Ok(bound)
+        let typed: SmallVec<[(DType, &[usize]); 8]> =
+            inputs.iter().map(|t| (t.dtype(), t.shape())).collect();
+        bind_inputs(&self.name, &self.graph, &self.inputs, &typed)
     }
 
     /// Makes sure `vals` holds the value of `id`: computed already, or a view made now from

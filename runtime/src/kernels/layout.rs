@@ -11,11 +11,7 @@ use smallvec::smallvec;
 
 /// The strides viewing `(shape, strides)` as `new_shape` without a copy, if any exist
 /// (PyTorch's `computeStride`).
-pub(crate) fn view_strides(
-    shape: &[usize],
-    strides: &[isize],
-    new_shape: &[usize],
-) -> Option<Strides> {
+pub fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usize]) -> Option<Strides> {
     let numel: usize = shape.iter().product();
     if numel == 0 {
         return Some(contiguous_strides(new_shape));
