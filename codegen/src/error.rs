@@ -28,6 +28,16 @@ pub enum CodegenError {
         /// the runtime's error
         source: kiln_runtime::RuntimeError,
     },
+    /// A device (CUDA, or the emulated one) failed a copy, launch or GEMM of a plan.
+    #[error("plan {plan}, kernel {kernel}: {reason}")]
+    Device {
+        /// the plan's (graph's) name
+        plan: String,
+        /// the kernel (or copy) that failed
+        kernel: String,
+        /// the device's error
+        reason: String,
+    },
     /// The schedule could not be turned into a plan.
     #[error("plan {plan}: {reason}")]
     Plan {

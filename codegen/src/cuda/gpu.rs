@@ -85,7 +85,10 @@ impl KernelLaunch<'_> {
                 self.strides.len()
             ));
         }
-        if self.block == 0 || self.block % 32 != 0 || self.block > self.kernel.block_threads {
+        if self.block == 0
+            || !self.block.is_multiple_of(32)
+            || self.block > self.kernel.block_threads
+        {
             return Err(format!(
                 "kernel {}: {} threads per block (a multiple of 32 up to {})",
                 self.kernel.name, self.block, self.kernel.block_threads
@@ -132,6 +135,27 @@ pub struct Gemm {
     pub batch_stride_c: i64,
 }
 
+/// What a device has run so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuCounters {
+    /// kernel launches queued
+    pub launches: u64,
+    /// GEMMs queued
+    pub gemms: u64,
+}
+
+/// Recorded device work ([`GpuDevice::begin_capture`]): a CUDA graph on a GPU.
+pub trait GpuGraph: Send + Sync {
+    /// Queues the recorded work once more, in the recorded order.
+    fn replay(&self) -> Result<(), GpuError>;
+    /// Launches and GEMMs recorded.
+    fn len(&self) -> usize;
+    /// True when nothing was recorded.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A device a [`super::plan::CudaPlan`] runs on.
 pub trait GpuDevice: Send + Sync {
     /// A name for messages (`cuda:0 (NVIDIA H100)`, `emulated`).
@@ -142,10 +166,21 @@ pub trait GpuDevice: Send + Sync {
     fn upload(&self, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError>;
     /// Copies device bytes at `src` into `dst`, after the work queued before.
     fn download(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), GpuError>;
+    /// Queues setting `bytes` bytes at `dst` to zero (recorded while capturing).
+    fn zero(&self, dst: DevicePtr, bytes: usize) -> Result<(), GpuError>;
     /// Queues a kernel launch; the kernel is compiled (and cached) on first use.
     fn launch(&self, launch: &KernelLaunch<'_>) -> Result<(), GpuError>;
     /// Queues an f32 GEMM.
     fn gemm(&self, gemm: &Gemm) -> Result<(), GpuError>;
     /// Waits for all queued work.
     fn synchronize(&self) -> Result<(), GpuError>;
+    /// Launches and GEMMs queued so far.
+    fn counters(&self) -> GpuCounters;
+    /// Starts recording the launches and GEMMs queued from now on, instead of running them
+    /// (CUDA stream capture). Copies are not allowed while recording.
+    fn begin_capture(&self) -> Result<(), GpuError>;
+    /// Stops recording; the recorded work as a graph to replay (it reads and writes the
+    /// device addresses it was recorded with). After an error in between, call this to end
+    /// the recording and drop the result.
+    fn end_capture(&self) -> Result<Box<dyn GpuGraph>, GpuError>;
 }

@@ -23,11 +23,17 @@
 //! with `blockDim.x == CudaKernel::block_threads` (and `y = z = 1`) and any grid: every loop
 //! over rows or elements is grid-stride, so a small grid is correct, only slower.
 
+pub mod device_tensor;
+pub mod driver_gpu;
 pub mod dump;
 pub mod emulate;
 pub mod emulate_check;
+pub mod emulated_gpu;
 pub mod gather;
+pub mod gpu;
 pub mod nvrtc;
+pub mod plan;
+pub mod select;
 pub mod source;
 
 pub use gather::gather_kernel;

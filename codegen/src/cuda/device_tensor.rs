@@ -1,0 +1,236 @@
+//! Tensors in device memory: a shared device buffer and a strided layout over it (shape,
+//! element strides, offset), as [`CpuTensor`] is over host memory. Views (reshape when the
+//! strides allow, permute, transpose, expand, slice) make new layouts over the same buffer,
+//! with eager mode's rules.
+
+use super::gpu::{DevicePtr, GpuBuffer, GpuDevice, GpuError};
+use kiln_ir::DType;
+use kiln_runtime::CpuTensor;
+use std::sync::Arc;
+
+/// A tensor in device memory.
+#[derive(Clone, Debug)]
+pub struct DeviceTensor {
+    buf: Arc<dyn GpuBuffer>,
+    dtype: DType,
+    shape: Vec<usize>,
+    strides: Vec<isize>,
+    offset: usize,
+}
+
+/// Row-major strides of `shape`, elements.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut s = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for i in (0..shape.len()).rev() {
+        s[i] = acc;
+        acc *= shape[i].max(1) as isize;
+    }
+    s
+}
+
+impl DeviceTensor {
+    /// A contiguous tensor of `shape` in fresh device memory (contents unspecified).
+    pub fn empty(gpu: &dyn GpuDevice, dtype: DType, shape: &[usize]) -> Result<Self, GpuError> {
+        let n: usize = shape.iter().product();
+        let buf = gpu.alloc((n * dtype.size_bytes()).max(1))?;
+        Ok(DeviceTensor {
+            buf,
+            dtype,
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+        })
+    }
+
+    /// Copies a host tensor to the device (row-major; any layout of `t` is read as eager
+    /// reads it).
+    pub fn upload(gpu: &dyn GpuDevice, t: &CpuTensor) -> Result<Self, GpuError> {
+        let d = DeviceTensor::empty(gpu, t.dtype(), t.shape())?;
+        let bytes = host_bytes(t);
+        gpu.upload(d.ptr(), &bytes)?;
+        Ok(d)
+    }
+
+    /// Copies the tensor to the host (waiting for the work queued before).
+    pub fn download(&self, gpu: &dyn GpuDevice) -> Result<CpuTensor, GpuError> {
+        let es = self.dtype.size_bytes();
+        let extent = self.extent();
+        let mut raw = vec![0u8; extent * es];
+        if extent > 0 {
+            gpu.download(self.ptr(), &mut raw)?;
+        }
+        // gather the strided elements row-major
+        let n: usize = self.shape.iter().product();
+        let mut out = Vec::with_capacity(n * es);
+        let mut idx = vec![0usize; self.shape.len()];
+        for _ in 0..n {
+            let at: isize = idx
+                .iter()
+                .zip(&self.strides)
+                .map(|(&i, &s)| i as isize * s)
+                .sum();
+            let at = at as usize * es;
+            out.extend_from_slice(&raw[at..at + es]);
+            for d in (0..idx.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < self.shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        from_host_bytes(&out, self.dtype, &self.shape).map_err(|reason| GpuError {
+            device: gpu.name(),
+            op: "download".to_string(),
+            reason,
+        })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Element strides.
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+    /// The device address of the first element (the offset applied).
+    pub fn ptr(&self) -> DevicePtr {
+        self.buf.ptr() + (self.offset * self.dtype.size_bytes()) as u64
+    }
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// True when the layout is row-major with no gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .zip(contiguous_strides(&self.shape))
+            .all(|((&n, &s), c)| n <= 1 || s == c)
+    }
+    /// True when both share device memory.
+    pub fn shares_buffer(&self, other: &DeviceTensor) -> bool {
+        Arc::ptr_eq(&self.buf, &other.buf)
+    }
+
+    /// Elements from the first to one past the last addressed one (strides ≥ 0).
+    fn extent(&self) -> usize {
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .map(|(&n, &s)| (n as isize - 1) * s)
+            .sum::<isize>() as usize
+            + 1
+    }
+
+    fn with(&self, shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> DeviceTensor {
+        DeviceTensor {
+            buf: self.buf.clone(),
+            dtype: self.dtype,
+            shape,
+            strides,
+            offset,
+        }
+    }
+
+    /// The same elements as `shape`, if a view can hold them (else `None`: a copy is
+    /// needed).
+    pub fn reshape(&self, shape: &[usize]) -> Option<DeviceTensor> {
+        let st = kiln_runtime::view_strides(&self.shape, &self.strides, shape)?;
+        Some(self.with(shape.to_vec(), st.to_vec(), self.offset))
+    }
+    /// Result dim i is dim `dims[i]`.
+    pub fn permute(&self, dims: &[usize]) -> DeviceTensor {
+        let shape = dims.iter().map(|&d| self.shape[d]).collect();
+        let strides = dims.iter().map(|&d| self.strides[d]).collect();
+        self.with(shape, strides, self.offset)
+    }
+    /// Swaps two dims.
+    pub fn transpose(&self, a: usize, b: usize) -> DeviceTensor {
+        let (mut shape, mut strides) = (self.shape.clone(), self.strides.clone());
+        shape.swap(a, b);
+        strides.swap(a, b);
+        self.with(shape, strides, self.offset)
+    }
+    /// Broadcasts to `shape`: stride 0 on new dims and on dims stretched from 1.
+    pub fn expand(&self, shape: &[usize]) -> DeviceTensor {
+        let (r, tr) = (shape.len(), self.shape.len());
+        let mut st = vec![0isize; r];
+        for i in 0..tr {
+            if self.shape[i] == shape[r - tr + i] {
+                st[r - tr + i] = self.strides[i];
+            }
+        }
+        self.with(shape.to_vec(), st, self.offset)
+    }
+    /// `x[start:end:step]` along dim `d` (bounds already clamped, `step ≥ 1`).
+    pub fn slice(&self, d: usize, start: usize, end: usize, step: usize) -> DeviceTensor {
+        let (mut shape, mut strides) = (self.shape.clone(), self.strides.clone());
+        shape[d] = end.saturating_sub(start).div_ceil(step.max(1));
+        let offset = if shape.contains(&0) {
+            self.offset
+        } else {
+            (self.offset as isize + start as isize * strides[d]) as usize
+        };
+        strides[d] *= step.max(1) as isize;
+        self.with(shape, strides, offset)
+    }
+}
+
+/// A host tensor's elements, row-major, as device bytes (little-endian; bool one byte):
+/// exact for every dtype.
+pub fn host_bytes(t: &CpuTensor) -> Vec<u8> {
+    fn le<T: kiln_runtime::Element, const N: usize>(
+        t: &CpuTensor,
+        f: impl Fn(T) -> [u8; N],
+    ) -> Vec<u8> {
+        t.to_vec::<T>()
+            .expect("the dtype matches T")
+            .into_iter()
+            .flat_map(f)
+            .collect()
+    }
+    match t.dtype() {
+        DType::Bool => le::<bool, 1>(t, |x| [u8::from(x)]),
+        DType::F16 => le::<half::f16, 2>(t, half::f16::to_le_bytes),
+        DType::BF16 => le::<half::bf16, 2>(t, half::bf16::to_le_bytes),
+        DType::F32 => le::<f32, 4>(t, f32::to_le_bytes),
+        DType::F64 => le::<f64, 8>(t, f64::to_le_bytes),
+        DType::I32 => le::<i32, 4>(t, i32::to_le_bytes),
+        DType::I64 => le::<i64, 8>(t, i64::to_le_bytes),
+    }
+}
+
+/// A host tensor of `shape` from row-major device bytes (exact for every dtype).
+pub fn from_host_bytes(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<CpuTensor, String> {
+    fn build<T: kiln_runtime::Element, const N: usize>(
+        bytes: &[u8],
+        shape: &[usize],
+        f: impl Fn([u8; N]) -> T,
+    ) -> Result<CpuTensor, String> {
+        let v: Vec<T> = bytes
+            .chunks_exact(N)
+            .map(|c| f(c.try_into().expect("N bytes")))
+            .collect();
+        CpuTensor::from_slice(&v, shape).map_err(|e| e.to_string())
+    }
+    match dtype {
+        DType::Bool => build::<bool, 1>(bytes, shape, |[b]| b != 0),
+        DType::F16 => build(bytes, shape, half::f16::from_le_bytes),
+        DType::BF16 => build(bytes, shape, half::bf16::from_le_bytes),
+        DType::F32 => build(bytes, shape, f32::from_le_bytes),
+        DType::F64 => build(bytes, shape, f64::from_le_bytes),
+        DType::I32 => build(bytes, shape, i32::from_le_bytes),
+        DType::I64 => build(bytes, shape, i64::from_le_bytes),
+    }
+}
