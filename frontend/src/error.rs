@@ -61,6 +61,14 @@ pub enum Error {
         /// what went wrong
         reason: String,
     },
+    /// A compiled function's device failed while running it (a copy, launch or GEMM).
+    #[error("@{function} on the device: {reason}")]
+    Device {
+        /// the compiled function's name
+        function: String,
+        /// the device's error, naming the kernel
+        reason: String,
+    },
     /// A file could not be read or written.
     #[error("{path}: {reason}")]
     Io {

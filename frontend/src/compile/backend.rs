@@ -2,19 +2,26 @@
 //! pipeline (decompose, e-graph fusion, schedule) and generates machine code for each kernel
 //! group with Cranelift; `eager` runs the graph node by node with the runtime's kernels (a
 //! precomputed step list, no per-call graph walking); `interp` runs it on the IR
-//! interpreter.
+//! interpreter; `cuda` runs the same pipeline and generates CUDA C for each kernel group
+//! (NVRTC on first launch, cuBLAS for matmuls), on the device `KILN_CUDA_DEVICE` names
+//! (see [`kiln_codegen::cuda::select`]); inputs and outputs are copied to and from it.
 
+use super::{CompileOptions, Mode};
 use crate::error::{Error, Result};
 use kiln_codegen::cpu::CpuPlan;
+use kiln_codegen::cuda::gpu::GpuDevice;
+use kiln_codegen::cuda::plan::{CapturedPlan, CudaPlan};
 use kiln_codegen::CodegenError;
 use kiln_ir::interp::{eval, Value};
 use kiln_ir::{Arg, Dim, Graph, Op};
 use kiln_passes::pipeline::{run_passes, PassOptions};
-use kiln_passes::schedule::schedule;
+use kiln_passes::schedule::{schedule, Schedule};
 use kiln_runtime::{execute, CpuTensor, EagerArg};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// Where compiled graphs run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -26,6 +33,8 @@ pub enum Backend {
     Eager,
     /// the IR interpreter (the oracle: slow, f64 inside)
     Interp,
+    /// generated CUDA code on the process's CUDA device (an error where there is none)
+    Cuda,
 }
 
 impl Backend {
@@ -35,6 +44,7 @@ impl Backend {
             Backend::Cpu => "cpu",
             Backend::Eager => "eager",
             Backend::Interp => "interp",
+            Backend::Cuda => "cuda",
         }
     }
 
@@ -45,12 +55,14 @@ impl Backend {
     }
 
     /// Compiles `g` (already verified) into something that runs; `fusion: false` keeps
-    /// every op its own kernel (the cpu backend only).
-    pub(crate) fn compile(self, g: &Graph, fusion: bool) -> Result<Box<dyn Executable>> {
+    /// every op its own kernel (the generated-code backends), `mode` is the cuda backend's.
+    pub(crate) fn compile(self, g: &Graph, opts: &CompileOptions) -> Result<Box<dyn Executable>> {
+        let fusion = opts.fusion;
         Ok(match self {
             Backend::Cpu => Box::new(CpuExecutable::new(g, fusion)?),
             Backend::Eager => Box::new(EagerPlan::new(g)),
             Backend::Interp => Box::new(InterpPlan { graph: g.clone() }),
+            Backend::Cuda => CudaExecutable::compile(g, fusion, opts.mode)?,
         })
     }
 }
@@ -68,8 +80,9 @@ impl FromStr for Backend {
             "cpu" => Ok(Backend::Cpu),
             "eager" => Ok(Backend::Eager),
             "interp" => Ok(Backend::Interp),
+            "cuda" => Ok(Backend::Cuda),
             other => Err(format!(
-                "unknown backend `{other}` (expected cpu, eager or interp)"
+                "unknown backend `{other}` (expected cpu, cuda, eager or interp)"
             )),
         }
     }
@@ -257,6 +270,27 @@ impl Executable for InterpPlan {
 }
 
 /// The cpu backend's compiled form: a plan of generated kernels.
+/// The schedule the generated-code backends compile: decompose and fuse, or decompose
+/// alone (one kernel per op).
+fn schedule_for(g: &Graph, fusion: bool) -> Result<Schedule> {
+    let err = |reason: String| Error::Compile {
+        function: g.name().to_string(),
+        reason,
+    };
+    // one kernel per op stores every intermediate in its dtype: f32 means, variances and
+    // norms then decompose in f64, as eager computes them (fused kernels keep their sums in
+    // f64 registers)
+    let (passes, opts): (&[&str], PassOptions) = if fusion {
+        (&["decompose", "fuse"], PassOptions::default())
+    } else {
+        let mut opts = PassOptions::default();
+        opts.decompose.f64_reductions = true;
+        (&["decompose"], opts)
+    };
+    let opt = run_passes(g, passes, &opts, false).map_err(|e| err(e.to_string()))?;
+    schedule(&opt).map_err(|e| err(e.to_string()))
+}
+
 pub(crate) struct CpuExecutable {
     plan: CpuPlan,
 }
@@ -268,19 +302,7 @@ impl CpuExecutable {
             reason,
         };
         let build = |fusion: bool| -> Result<CpuPlan> {
-            // one kernel per op stores every intermediate in its dtype: f32 means, variances
-            // and norms then decompose in f64, as eager computes them (fused kernels keep
-            // their sums in f64 registers)
-            let (passes, opts): (&[&str], PassOptions) = if fusion {
-                (&["decompose", "fuse"], PassOptions::default())
-            } else {
-                let mut opts = PassOptions::default();
-                opts.decompose.f64_reductions = true;
-                (&["decompose"], opts)
-            };
-            let opt = run_passes(g, passes, &opts, false).map_err(|e| err(e.to_string()))?;
-            let s = schedule(&opt).map_err(|e| err(e.to_string()))?;
-            CpuPlan::new(&s).map_err(|e| err(e.to_string()))
+            CpuPlan::new(&schedule_for(g, fusion)?).map_err(|e| err(e.to_string()))
         };
         // a fused program that cannot be scheduled falls back to one kernel per op
         let plan = build(fusion).or_else(|e| if fusion { build(false) } else { Err(e) })?;
@@ -292,6 +314,97 @@ impl Executable for CpuExecutable {
     fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
         self.plan.run(inputs).map_err(|e| match e {
             CodegenError::Runtime { source, .. } => Error::Runtime(source),
+            other => Error::Compile {
+                function: self.plan.name().to_string(),
+                reason: other.to_string(),
+            },
+        })
+    }
+}
+
+/// Recorded graphs one cuda executable keeps (one per input shape); past it, new shapes
+/// run unrecorded.
+const GRAPHS_PER_PLAN: usize = 8;
+
+/// The input dtypes and shapes a recorded graph is for.
+type GraphKey = Vec<(kiln_ir::DType, Vec<usize>)>;
+
+/// The cuda backend's compiled form: a [`CudaPlan`] and the device it runs on; in
+/// `reduce_overhead` mode, the plan recorded as a graph per input shape (`None`: it cannot
+/// be recorded, it runs unrecorded).
+pub(crate) struct CudaExecutable {
+    plan: CudaPlan,
+    gpu: Arc<dyn GpuDevice>,
+    graphs: Option<Mutex<HashMap<GraphKey, Option<Arc<CapturedPlan>>>>>,
+}
+
+impl CudaExecutable {
+    /// The CUDA plan of `g` (fused, else one kernel per op). A graph with a kernel group
+    /// the CUDA generator does not cover runs on the cpu backend instead (logged); no
+    /// device is an error.
+    fn compile(g: &Graph, fusion: bool, mode: Mode) -> Result<Box<dyn Executable>> {
+        let err = |reason: String| Error::Compile {
+            function: g.name().to_string(),
+            reason,
+        };
+        let gpu = kiln_codegen::cuda::select::default_gpu()
+            .map_err(|e| err(format!("backend cuda: {e}")))?;
+        let build = |fusion: bool| -> Result<CudaPlan> {
+            CudaPlan::new(&schedule_for(g, fusion)?).map_err(|e| err(e.to_string()))
+        };
+        match build(fusion).or_else(|e| if fusion { build(false) } else { Err(e) }) {
+            Ok(plan) => Ok(Box::new(CudaExecutable {
+                plan,
+                gpu,
+                graphs: (mode == Mode::ReduceOverhead).then(|| Mutex::new(HashMap::new())),
+            })),
+            Err(e) => {
+                tracing::warn!(target: "kiln::code", "{e}; @{} runs on the cpu backend", g.name());
+                Ok(Box::new(CpuExecutable::new(g, fusion)?))
+            }
+        }
+    }
+}
+
+impl CudaExecutable {
+    /// The recorded graph for these inputs: made on first sight of their shapes, `None`
+    /// when the plan cannot be recorded (logged once) or the executable holds its limit.
+    fn graph_for(&self, inputs: &[&CpuTensor]) -> Option<Arc<CapturedPlan>> {
+        let graphs = self.graphs.as_ref()?;
+        let key: GraphKey = inputs
+            .iter()
+            .map(|t| (t.dtype(), t.shape().to_vec()))
+            .collect();
+        let mut map = graphs.lock();
+        if let Some(g) = map.get(&key) {
+            return g.clone();
+        }
+        if map.len() >= GRAPHS_PER_PLAN {
+            return None;
+        }
+        let captured = match self.plan.capture(&*self.gpu, &key) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(e) => {
+                tracing::warn!(target: "kiln::code", "{e}; it runs unrecorded");
+                None
+            }
+        };
+        map.insert(key, captured.clone());
+        captured
+    }
+}
+
+impl Executable for CudaExecutable {
+    fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        let result = match self.graph_for(inputs) {
+            Some(g) => g.run_host(&*self.gpu, inputs),
+            None => self.plan.run_host(&*self.gpu, inputs),
+        };
+        result.map_err(|e| match e {
+            CodegenError::Device { .. } => Error::Device {
+                function: self.plan.name().to_string(),
+                reason: e.to_string(),
+            },
             other => Error::Compile {
                 function: self.plan.name().to_string(),
                 reason: other.to_string(),

@@ -100,8 +100,7 @@ impl SegmentRunner for Shared {
             Some(exe) => exe,
             None => {
                 logs::log_graph(g);
-                let exe: Arc<dyn Executable> =
-                    Arc::from(self.opts.backend.compile(g, self.opts.fusion)?);
+                let exe: Arc<dyn Executable> = Arc::from(self.opts.backend.compile(g, &self.opts)?);
                 self.compiles.fetch_add(1, Ordering::Relaxed);
                 let mut segs = self.segments.lock();
                 if segs.len() >= SEGMENT_CACHE_LIMIT {
@@ -424,8 +423,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 let symbolic = general.is_some();
                 let graph = general.unwrap_or(graph);
                 logs::log_graph(&graph);
-                let exe: Arc<dyn Executable> =
-                    Arc::from(opts.backend.compile(&graph, opts.fusion)?);
+                let exe: Arc<dyn Executable> = Arc::from(opts.backend.compile(&graph, opts)?);
                 self.shared.compiles.fetch_add(1, Ordering::Relaxed);
                 let mut arg_guards = Vec::with_capacity(n_args);
                 for ((name, id), t) in graph.inputs().iter().zip(flat) {

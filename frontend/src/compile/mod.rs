@@ -52,6 +52,18 @@ pub enum Dynamic {
     Never,
 }
 
+/// What compiled code optimises for (torch.compile's `mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// plain plans
+    #[default]
+    Default,
+    /// the cuda backend records each plan as a CUDA graph per input shape and replays it
+    /// (one launch of recorded work per call instead of one per kernel); plans that need
+    /// host copies run unrecorded. Other backends ignore it.
+    ReduceOverhead,
+}
+
 /// Options of [`compile_with`].
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
@@ -69,6 +81,8 @@ pub struct CompileOptions {
     pub mark_dynamic: Vec<(usize, usize)>,
     /// fuse ops into kernel groups (the cpu backend); off, every op is its own kernel
     pub fusion: bool,
+    /// what compiled code optimises for
+    pub mode: Mode,
 }
 
 impl Default for CompileOptions {
@@ -81,6 +95,7 @@ impl Default for CompileOptions {
             name: "compiled".into(),
             mark_dynamic: Vec::new(),
             fusion: true,
+            mode: Mode::Default,
         }
     }
 }
@@ -95,6 +110,12 @@ impl CompileOptions {
     /// Turns fusion on or off (off: every op is its own kernel).
     pub fn fusion(mut self, fusion: bool) -> Self {
         self.fusion = fusion;
+        self
+    }
+
+    /// Sets the mode (`ReduceOverhead`: CUDA graphs on the cuda backend).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
         self
     }
 
