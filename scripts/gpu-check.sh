@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU checks, for a machine with an NVIDIA GPU and its driver (CI has none, so there the
+# GPU tests skip): fetches NVRTC and ptxas (scripts/fetch-cuda-tools.sh, as .ci/run does)
+# and cuBLAS (the nvidia-cublas-cu12 wheel, unless libcublas.so.12 is already installed),
+# makes a missing GPU or NVRTC a failure (KILN_REQUIRE_GPU=1, KILN_REQUIRE_NVRTC=1), runs
+# every test whose name holds `cuda` or `gpu` (DriverGpu's, and the CUDA plans' `::cuda`
+# variants), the cuda backend's compile tests on device 0 (KILN_CUDA_DEVICE=0 instead of the
+# emulated device they use elsewhere), and `kiln bench --backend cuda`, in release.
+#   bash scripts/gpu-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+echo "== GPU =="
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || true
+else
+  echo "nvidia-smi not found (the tests will say whether libcuda.so.1 loads)"
+fi
+
+echo "== NVRTC and ptxas (PyPI wheels) =="
+eval "$(bash scripts/fetch-cuda-tools.sh)"
+export KILN_REQUIRE_NVRTC=1
+echo "KILN_NVRTC=$KILN_NVRTC KILN_PTXAS=$KILN_PTXAS"
+
+echo "== cuBLAS =="
+CUBLAS_VERSION=12.9.1.4
+if [ -z "${KILN_CUBLAS:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.12'; then
+  DEST="${KILN_CUDA_TOOLS:-$HOME/.cache/kiln/cuda-tools-12.9.86}"
+  LIB="$DEST/nvidia/cublas/lib"
+  if [ ! -f "$LIB/libcublas.so.12" ]; then
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' EXIT
+    python3 -m pip download --quiet --no-deps --only-binary=:all: \
+      "nvidia-cublas-cu12==$CUBLAS_VERSION" -d "$tmp" >&2
+    mkdir -p "$DEST"
+    for w in "$tmp"/*.whl; do
+      python3 -m zipfile -e "$w" "$DEST"
+    done
+  fi
+  export KILN_CUBLAS="$LIB"
+fi
+echo "KILN_CUBLAS=${KILN_CUBLAS:-unset: libcublas.so.12 from the loader path}"
+
+echo "== tests: cuda, gpu (a missing GPU fails) =="
+export KILN_REQUIRE_GPU=1
+log="$(mktemp)"
+status=0
+cargo test --release --workspace --locked -- cuda gpu 2>&1 | tee "$log" || status=$?
+
+echo "== the cuda backend through kiln::compile, on device 0 =="
+KILN_CUDA_DEVICE=0 cargo test --release --locked -p kiln --test compile_cuda 2>&1 \
+  | tee -a "$log" || status=$?
+
+echo "== kiln bench --backend cuda =="
+mkdir -p target
+KILN_CUDA_DEVICE=0 cargo run --release --locked -- bench --backend cuda \
+  --json target/gpu-bench.json || status=$?
+
+echo "== summary =="
+passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')
+skipped=$(grep -c '^skipped' "$log" || true)
+echo "passed: $passed, failed: $failed, skip messages: $skipped"
+rm -f "$log"
+if [ "$status" -ne 0 ]; then
+  echo "GPU check FAILED"
+  exit "$status"
+fi
+echo "GPU check passed"
