@@ -4,7 +4,7 @@
 # and cuBLAS (the nvidia-cublas-cu12 wheel, unless libcublas.so.12 is already installed),
 # makes a missing GPU or NVRTC a failure (KILN_REQUIRE_GPU=1, KILN_REQUIRE_NVRTC=1), runs
 # every test whose name holds `cuda` or `gpu` (DriverGpu's, and the CUDA plans' `::cuda`
-# variants), the cuda backend's compile tests on device 0 (KILN_CUDA_DEVICE=0 instead of the
+# variants), the cuda backend's compile tests and the eager CUDA tensor tests on device 0 (KILN_CUDA_DEVICE=0 instead of the
 # emulated device they use elsewhere), and `kiln bench --backend cuda`, in release.
 #   bash scripts/gpu-check.sh
 set -euo pipefail
@@ -48,9 +48,9 @@ log="$(mktemp)"
 status=0
 cargo test --release --workspace --locked -- cuda gpu 2>&1 | tee "$log" || status=$?
 
-echo "== the cuda backend through kiln::compile, on device 0 =="
-KILN_CUDA_DEVICE=0 cargo test --release --locked -p kiln --test compile_cuda 2>&1 \
-  | tee -a "$log" || status=$?
+echo "== the cuda backend through kiln::compile, and eager CUDA tensors, on device 0 =="
+KILN_CUDA_DEVICE=0 cargo test --release --locked -p kiln --test compile_cuda --test cuda_eager \
+  2>&1 | tee -a "$log" || status=$?
 
 echo "== kiln bench --backend cuda =="
 mkdir -p target

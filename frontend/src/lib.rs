@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod compile;
+pub mod cuda_tensor;
 mod display;
 mod error;
 pub mod graph_exec;

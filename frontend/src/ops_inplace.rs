@@ -11,6 +11,14 @@ impl Tensor {
     /// the mutation is applied to real data, as eager code would.
     #[track_caller]
     fn inplace(&self, op: InplaceOp, arg: Operand<'_>) -> Result<()> {
+        let on_cuda = self.is_cuda() || matches!(arg, Operand::Tensor(t) if t.is_cuda());
+        if on_cuda {
+            return Err(crate::error::invalid(
+                op.name(),
+                self.shape(),
+                "in-place ops on CUDA tensors are not supported yet (use the out-of-place op)",
+            ));
+        }
         let dst = self.read(op.name())?;
         let arg = match arg {
             Operand::Tensor(t) => EagerArg::Tensor(t.real()?),

@@ -5,6 +5,7 @@
 //! nodes instead of running; reading its values ends the graph (a graph break) and runs it.
 
 use crate::compile::lazy::{self, LazyValue};
+use crate::cuda_tensor::CudaValue;
 use crate::error::{invalid, Result};
 use crate::Operand;
 use kiln_ir::{DType, Op, Scalar, Shape, TensorType};
@@ -27,6 +28,8 @@ pub(crate) enum Repr {
     Real(CpuTensor),
     /// a traced value (its data appears once the graph that computes it has run)
     Lazy(Arc<LazyValue>),
+    /// a tensor in CUDA device memory (see [`crate::cuda_tensor`])
+    Cuda(Arc<CudaValue>),
 }
 
 impl Tensor {
@@ -56,6 +59,7 @@ impl Tensor {
         match &self.repr {
             Repr::Real(t) => Ok(t),
             Repr::Lazy(v) => v.value(),
+            Repr::Cuda(v) => v.host(),
         }
     }
 
@@ -76,8 +80,15 @@ impl Tensor {
         Tensor::apply_eager(op, args)
     }
 
-    /// Applies `op` eagerly, whatever the thread is doing.
+    /// Applies `op` eagerly, whatever the thread is doing (on the CUDA device when an
+    /// operand is there).
     pub(crate) fn apply_eager(op: &Op, args: &[Operand<'_>]) -> Result<Tensor> {
+        if args
+            .iter()
+            .any(|a| matches!(a, Operand::Tensor(t) if t.is_cuda()))
+        {
+            return crate::cuda_tensor::apply(op, args);
+        }
         let mut eager: smallvec::SmallVec<[EagerArg<'_>; 3]> = smallvec::SmallVec::new();
         for a in args {
             eager.push(match a {
@@ -203,6 +214,7 @@ impl Tensor {
         match &self.repr {
             Repr::Real(t) => t.dtype(),
             Repr::Lazy(v) => v.dtype,
+            Repr::Cuda(v) => v.dev.dtype(),
         }
     }
 
@@ -211,6 +223,7 @@ impl Tensor {
         match &self.repr {
             Repr::Real(t) => t.shape(),
             Repr::Lazy(v) => &v.shape,
+            Repr::Cuda(v) => v.dev.shape(),
         }
     }
 
@@ -219,6 +232,7 @@ impl Tensor {
         match &self.repr {
             Repr::Real(t) => t.strides(),
             Repr::Lazy(v) => &v.strides,
+            Repr::Cuda(v) => v.dev.strides(),
         }
     }
 
@@ -237,6 +251,7 @@ impl Tensor {
         match &self.repr {
             Repr::Real(t) => t.is_contiguous(),
             Repr::Lazy(_) => true,
+            Repr::Cuda(v) => v.dev.is_contiguous(),
         }
     }
 
@@ -246,11 +261,11 @@ impl Tensor {
     }
 
     /// The storage's version counter: it grows with every in-place write (0 for a traced
-    /// value).
+    /// value and a CUDA tensor, which no in-place op writes).
     pub fn version(&self) -> u64 {
         match &self.repr {
             Repr::Real(t) => t.version(),
-            Repr::Lazy(_) => 0,
+            Repr::Lazy(_) | Repr::Cuda(_) => 0,
         }
     }
 
@@ -259,6 +274,7 @@ impl Tensor {
         match (&self.repr, &other.repr) {
             (Repr::Real(a), Repr::Real(b)) => a.shares_storage(b),
             (Repr::Lazy(a), Repr::Lazy(b)) => Arc::ptr_eq(a, b),
+            (Repr::Cuda(a), Repr::Cuda(b)) => a.dev.shares_buffer(&b.dev),
             _ => false,
         }
     }
@@ -266,6 +282,33 @@ impl Tensor {
     /// True while this tensor is a traced value whose data is not computed yet.
     pub fn is_traced(&self) -> bool {
         matches!(&self.repr, Repr::Lazy(v) if v.value.get().is_none())
+    }
+
+    // ---- devices ----
+
+    /// True when the tensor is in CUDA device memory.
+    pub fn is_cuda(&self) -> bool {
+        matches!(self.repr, Repr::Cuda(_))
+    }
+
+    /// A copy on the process's CUDA device (`KILN_CUDA_DEVICE`; see
+    /// [`crate::cuda_tensor`]); ops on it run there. Reads the values (a graph break inside
+    /// a traced function); an error where there is no device.
+    #[track_caller]
+    pub fn to_cuda(&self) -> Result<Tensor> {
+        if self.is_cuda() {
+            return Ok(self.clone());
+        }
+        crate::cuda_tensor::upload(self.read("to_cuda")?)
+    }
+
+    /// A copy in host memory (the tensor itself when it is there).
+    #[track_caller]
+    pub fn to_cpu(&self) -> Result<Tensor> {
+        match &self.repr {
+            Repr::Cuda(v) => Ok(Tensor::from_cpu(v.host()?.clone())),
+            _ => Ok(self.clone()),
+        }
     }
 
     // ---- reading values ----

@@ -182,6 +182,13 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         self.shared.calls.fetch_add(1, Ordering::Relaxed);
         let flat = args.flatten();
         for t in &flat {
+            if t.is_cuda() {
+                return Err(crate::error::invalid(
+                    "compile",
+                    t.shape(),
+                    super::tracer::CUDA_ARGUMENTS,
+                ));
+            }
             t.real()?;
         }
         loop {

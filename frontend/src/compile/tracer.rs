@@ -16,6 +16,11 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::panic::Location;
+
+/// Why a CUDA tensor cannot enter a traced function.
+pub(crate) const CUDA_ARGUMENTS: &str = "CUDA tensors cannot be arguments or captured \
+     tensors of a compiled function yet: pass host tensors (`backend: cuda` copies them to the \
+     device itself) or call the function eagerly";
 use std::sync::{Arc, OnceLock, Weak};
 
 /// Runs a finished segment: compiles it (or finds it compiled) and executes it.
@@ -215,6 +220,9 @@ impl Tracer {
                 return Ok(v.node)
             }
             Repr::Lazy(v) => InputKey::Lazy(Arc::as_ptr(v) as usize),
+            Repr::Cuda(_) => {
+                return Err(crate::error::invalid("compile", t.shape(), CUDA_ARGUMENTS))
+            }
             Repr::Real(r) => InputKey::Real {
                 storage: Arc::as_ptr(r.storage()) as usize,
                 offset: r.offset(),
