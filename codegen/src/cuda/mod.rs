@@ -23,6 +23,7 @@
 //! with `blockDim.x == CudaKernel::block_threads` (and `y = z = 1`) and any grid: every loop
 //! over rows or elements is grid-stride, so a small grid is correct, only slower.
 
+pub mod captured;
 pub mod device_tensor;
 pub mod driver_gpu;
 pub mod dump;
@@ -31,6 +32,7 @@ pub mod emulate_check;
 pub mod emulated_gpu;
 pub mod gather;
 pub mod gpu;
+pub mod launch;
 pub mod nvrtc;
 pub mod plan;
 pub mod select;

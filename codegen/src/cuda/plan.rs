@@ -14,32 +14,23 @@
 //! a group no generator covers (an op without CUDA code) gives a [`CodegenError::Plan`]
 //! naming the group: the caller runs it another way.
 
+pub use super::captured::CapturedPlan;
+use super::captured::GatherCheck;
 use super::device_tensor::DeviceTensor;
-use super::gpu::{DevicePtr, Gemm, GemmOperand, GpuDevice, GpuError, GpuGraph, KernelLaunch};
+use super::gpu::{Gemm, GemmOperand, GpuDevice, GpuError, KernelLaunch};
+use super::launch::{folded_stride, gathered_dim, launch_nest};
+pub use super::launch::{gemm_operand, grid_for, NestLaunch};
 use super::{cuda_kernel, gather_kernel, CudaKernel};
-use crate::cpu::kernels::{bind_inputs, concrete, lookup, Bindings};
+use crate::cpu::kernels::{bind_inputs, concrete, Bindings};
 use crate::error::CodegenError;
-use crate::loops::{lower_kernel_half, LoopNest};
+use crate::loops::lower_kernel_half;
 use crate::matmul_group::{matmul_shape, split_matmul_group};
-use kiln_ir::{Dim, Graph, NodeId, Op};
+use kiln_ir::{Graph, NodeId, Op};
 use kiln_passes::egraph::lang::GroupKind;
 use kiln_passes::schedule::Schedule;
 use kiln_runtime::CpuTensor;
 use smallvec::SmallVec;
 use std::time::{Duration, Instant};
-
-/// Largest grid a plan launches (kernels stride over the rest).
-const MAX_GRID: u64 = 1 << 16;
-/// Elements one thread of a pointwise kernel takes per step (its `float4` path).
-const ELEMENTS_PER_THREAD: u64 = 4;
-
-/// A generated kernel and the nest it came from (whose buffers say how operands index).
-pub struct NestLaunch {
-    /// the loop nest
-    pub nest: LoopNest,
-    /// its CUDA kernel
-    pub kernel: CudaKernel,
-}
 
 impl NestLaunch {
     fn new(body: &Graph) -> Result<NestLaunch, String> {
@@ -620,48 +611,6 @@ impl CudaPlan {
     }
 }
 
-/// How cuBLAS reads `t` (`[batch..., rows, cols]`), if it can as it is: rows or columns
-/// contiguous, the stored matrix's leading dim at least its inner size, and the batch dims
-/// folding into one stride (or all broadcast).
-pub fn gemm_operand(t: &DeviceTensor) -> Option<GemmOperand> {
-    let r = t.shape().len();
-    let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
-    let (rs, cs) = (t.strides()[r - 2], t.strides()[r - 1]);
-    // row-major: consecutive columns adjacent, rows `ld ≥ cols` apart; or the transpose
-    // stored row-major (column-major): consecutive rows adjacent, columns `ld ≥ rows` apart
-    let (transposed, ld) = if (cols == 1 || cs == 1) && (rows == 1 || rs >= cols.max(1) as isize) {
-        (false, if rows == 1 { cols.max(1) as isize } else { rs })
-    } else if (rows == 1 || rs == 1) && (cols == 1 || cs >= rows.max(1) as isize) {
-        (true, if cols == 1 { rows.max(1) as isize } else { cs })
-    } else {
-        return None;
-    };
-    // the batch dims of size > 1, outer first: they must fold into one stride
-    let dims: Vec<(usize, isize)> = t.shape()[..r - 2]
-        .iter()
-        .zip(&t.strides()[..r - 2])
-        .filter(|(&n, _)| n > 1)
-        .map(|(&n, &s)| (n, s))
-        .collect();
-    let batch_stride = match dims.last() {
-        None => 0,
-        Some(&(_, s)) => {
-            let folds = dims.windows(2).all(|w| w[0].1 == w[1].1 * w[1].0 as isize);
-            let broadcast = dims.iter().all(|&(_, s)| s == 0);
-            if !(folds || broadcast) || s < 0 {
-                return None;
-            }
-            s
-        }
-    };
-    Some(GemmOperand {
-        ptr: t.ptr(),
-        ld: ld as i64,
-        batch_stride: batch_stride as i64,
-        transposed,
-    })
-}
-
 /// The state of one run: when recording a graph, what it must keep alive and check.
 #[derive(Default)]
 struct RunCtx {
@@ -683,228 +632,4 @@ impl RunCtx {
             c.keep.push(t.clone());
         }
     }
-}
-
-/// A gather's error cell (see [`super::gather`]) and what to say when it is set.
-struct GatherCheck {
-    kernel: String,
-    cell: DeviceTensor,
-    dim: usize,
-    shape: Vec<usize>,
-}
-
-impl GatherCheck {
-    /// Reads the cell (waiting for the queued work): an index out of range is an error.
-    fn verify(&self, gpu: &dyn GpuDevice, plan: &str) -> Result<(), CodegenError> {
-        let mut cell = [0u8; 16];
-        gpu.download(self.cell.ptr(), &mut cell)
-            .map_err(|e| CodegenError::Device {
-                plan: plan.to_string(),
-                kernel: self.kernel.clone(),
-                reason: e.to_string(),
-            })?;
-        let flag = i64::from_le_bytes(cell[..8].try_into().expect("8 bytes"));
-        let bad = i64::from_le_bytes(cell[8..].try_into().expect("8 bytes"));
-        if flag == 0 {
-            return Ok(());
-        }
-        Err(CodegenError::Device {
-            plan: plan.to_string(),
-            kernel: self.kernel.clone(),
-            reason: format!(
-                "index_select: index {bad} is out of range for dim {} of size {} (shape {:?})",
-                self.dim, self.shape[self.dim], self.shape
-            ),
-        })
-    }
-}
-
-/// A plan recorded as a device graph for fixed input shapes ([`CudaPlan::capture`]).
-pub struct CapturedPlan {
-    name: String,
-    graph: Box<dyn GpuGraph>,
-    /// the buffers the recorded work reads its inputs from
-    inputs: Vec<DeviceTensor>,
-    /// where it leaves its outputs (overwritten by the next replay)
-    outputs: Vec<DeviceTensor>,
-    checks: Vec<GatherCheck>,
-    _keep: Vec<DeviceTensor>,
-}
-
-impl std::fmt::Debug for CapturedPlan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CapturedPlan")
-            .field("name", &self.name)
-            .field("recorded", &self.graph.len())
-            .finish()
-    }
-}
-
-impl CapturedPlan {
-    /// Launches and GEMMs recorded.
-    pub fn recorded(&self) -> usize {
-        self.graph.len()
-    }
-
-    /// Copies `inputs` (the recorded dtypes and shapes) into the graph's input buffers,
-    /// replays it and copies the outputs back.
-    pub fn run_host(
-        &self,
-        gpu: &dyn GpuDevice,
-        inputs: &[&CpuTensor],
-    ) -> Result<Vec<CpuTensor>, CodegenError> {
-        let dev = |e: GpuError| CodegenError::Device {
-            plan: self.name.clone(),
-            kernel: "graph replay".to_string(),
-            reason: e.to_string(),
-        };
-        if inputs.len() != self.inputs.len()
-            || inputs
-                .iter()
-                .zip(&self.inputs)
-                .any(|(t, s)| t.dtype() != s.dtype() || t.shape() != s.shape())
-        {
-            return Err(CodegenError::Inputs {
-                plan: self.name.clone(),
-                reason: format!(
-                    "the recorded graph takes {:?}, got {:?}",
-                    self.inputs
-                        .iter()
-                        .map(|t| (t.dtype(), t.shape().to_vec()))
-                        .collect::<Vec<_>>(),
-                    inputs
-                        .iter()
-                        .map(|t| (t.dtype(), t.shape().to_vec()))
-                        .collect::<Vec<_>>()
-                ),
-            });
-        }
-        for (t, s) in inputs.iter().zip(&self.inputs) {
-            gpu.upload(s.ptr(), &super::device_tensor::host_bytes(t))
-                .map_err(dev)?;
-        }
-        self.graph.replay().map_err(dev)?;
-        for c in &self.checks {
-            c.verify(gpu, &self.name)?;
-        }
-        self.outputs
-            .iter()
-            .map(|t| t.download(gpu).map_err(dev))
-            .collect()
-    }
-}
-
-/// The one stride that steps through dims `dims` of `t` in row-major order (their merged
-/// index), if there is one: 0 when they are all size 1.
-fn folded_stride(t: &DeviceTensor, dims: std::ops::Range<usize>) -> Option<i64> {
-    let d: Vec<(usize, isize)> = dims
-        .map(|i| (t.shape()[i], t.strides()[i]))
-        .filter(|&(n, _)| n > 1)
-        .collect();
-    match d.last() {
-        None => Some(0),
-        Some(&(_, s)) => d
-            .windows(2)
-            .all(|w| w[0].1 == w[1].1 * w[1].0 as isize)
-            .then_some(s as i64),
-    }
-}
-
-/// The normalised dim of a gather group's `index_select`.
-fn gathered_dim(body: &Graph) -> Option<usize> {
-    body.nodes().find_map(|(_, n)| match n.op {
-        Op::IndexSelect { dim } => {
-            let rank = match n.args.first() {
-                Some(kiln_ir::Arg::Value(x)) => body.node(*x).ty.shape.rank() as i64,
-                _ => return None,
-            };
-            Some(if dim < 0 { dim + rank } else { dim } as usize)
-        }
-        _ => None,
-    })
-}
-
-/// The loop sizes of `nest` over these tensors (inputs then outputs): symbolic dims from
-/// the bindings, any dim a buffer indexes from that buffer's size.
-fn loop_sizes(nest: &LoopNest, tensors: &[&DeviceTensor], bound: &Bindings) -> Vec<i64> {
-    let mut sizes: Vec<i64> = nest
-        .dims
-        .iter()
-        .map(|d| match d {
-            Dim::Const(n) => *n as i64,
-            Dim::Sym(s) => lookup(bound, s).unwrap_or(1) as i64,
-        })
-        .collect();
-    for (b, t) in nest.buffers.iter().zip(tensors) {
-        for (j, ix) in b.index.iter().enumerate() {
-            if let (Some(d), Some(&n)) = (ix, t.shape().get(j)) {
-                if n != 1 {
-                    sizes[*d] = n as i64;
-                }
-            }
-        }
-    }
-    if sizes.is_empty() {
-        sizes.push(1);
-    }
-    sizes
-}
-
-/// Each tensor's element stride along each loop dim (0 where it does not index the dim or
-/// is broadcast along it).
-fn loop_strides(nest: &LoopNest, tensors: &[&DeviceTensor], nd: usize) -> Vec<Vec<i64>> {
-    nest.buffers
-        .iter()
-        .zip(tensors)
-        .map(|(b, t)| {
-            let mut st = vec![0i64; nd];
-            for (j, ix) in b.index.iter().enumerate() {
-                if let Some(d) = ix {
-                    if t.shape()[j] != 1 {
-                        st[*d] = t.strides()[j] as i64;
-                    }
-                }
-            }
-            st
-        })
-        .collect()
-}
-
-/// The grid for a kernel over `sizes`: a block per row for row kernels, enough blocks for
-/// every element otherwise (both capped: the kernels stride over the rest).
-pub fn grid_for(kernel: &CudaKernel, sizes: &[i64]) -> u32 {
-    let total: u64 = sizes.iter().map(|&s| s.max(0) as u64).product();
-    let blocks = if kernel.per_row {
-        let rows: u64 = sizes[..sizes.len() - 1]
-            .iter()
-            .map(|&s| s.max(0) as u64)
-            .product();
-        rows
-    } else {
-        total.div_ceil(u64::from(kernel.block_threads) * ELEMENTS_PER_THREAD)
-    };
-    blocks.clamp(1, MAX_GRID) as u32
-}
-
-/// Launches a nest's kernel over `tensors` (its buffers in order: inputs, then outputs).
-fn launch_nest(
-    gpu: &dyn GpuDevice,
-    k: &NestLaunch,
-    tensors: &[&DeviceTensor],
-    bound: &Bindings,
-) -> Result<(), GpuError> {
-    let sizes = loop_sizes(&k.nest, tensors, bound);
-    if sizes.contains(&0) {
-        return Ok(());
-    }
-    let strides = loop_strides(&k.nest, tensors, sizes.len());
-    let ptrs: Vec<DevicePtr> = tensors.iter().map(|t| t.ptr()).collect();
-    gpu.launch(&KernelLaunch {
-        kernel: &k.kernel,
-        grid: grid_for(&k.kernel, &sizes),
-        block: k.kernel.block_threads,
-        ptrs: &ptrs,
-        sizes: &sizes,
-        strides: &strides,
-    })
 }
