@@ -3,35 +3,10 @@
 //! variable is set (`scripts/gpu-check.sh` runs this file on device 0). Every result is
 //! compared with the same ops on the CPU.
 
-use kiln::{compile, DType, Result, Tensor};
+mod cuda_common;
 
-fn emulated() {
-    // once, before any device is used (tests run on several threads)
-    static SET: std::sync::Once = std::sync::Once::new();
-    SET.call_once(|| {
-        if std::env::var_os("KILN_CUDA_DEVICE").is_none() {
-            std::env::set_var("KILN_CUDA_DEVICE", "emulated");
-        }
-    });
-}
-
-fn randn(shape: &[usize], seed: u64) -> Tensor {
-    Tensor::randn(shape, DType::F32, seed).unwrap()
-}
-
-/// Same values within the tolerance of sums and GEMMs (1e-4 relative, 1e-5 absolute).
-fn assert_close(got: &Tensor, want: &Tensor) {
-    assert!(!want.is_cuda());
-    assert_eq!(got.shape(), want.shape());
-    assert_eq!(got.dtype(), want.dtype());
-    let (a, b) = (got.to_vec_f64().unwrap(), want.to_vec_f64().unwrap());
-    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        assert!(
-            x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-4 * y.abs() + 1e-5,
-            "element {i}: cuda {x} vs cpu {y}"
-        );
-    }
-}
+use cuda_common::{assert_close, emulated_unless_set, randn};
+use kiln::{compile, Result, Tensor};
 
 /// A little model over whatever device its inputs are on.
 fn model(x: &Tensor, w: &Tensor, ids: &Tensor, g: &Tensor) -> Result<Tensor> {
@@ -43,7 +18,7 @@ fn model(x: &Tensor, w: &Tensor, ids: &Tensor, g: &Tensor) -> Result<Tensor> {
 
 #[test]
 fn ops_on_cuda_tensors_match_the_cpu() {
-    emulated();
+    emulated_unless_set();
     let (x, w, g) = (randn(&[5, 7], 1), randn(&[7, 6], 2), randn(&[6], 3));
     let ids = Tensor::from_vec(vec![4i64, 0, 2], &[3]).unwrap();
     let want = model(&x, &w, &ids, &g).unwrap();
@@ -67,7 +42,7 @@ fn ops_on_cuda_tensors_match_the_cpu() {
 
 #[test]
 fn views_share_device_memory() {
-    emulated();
+    emulated_unless_set();
     let x = randn(&[4, 6], 4).to_cuda().unwrap();
     let t = x.transpose(0, 1).unwrap();
     assert!(t.is_cuda() && t.shares_storage(&x));
@@ -87,7 +62,7 @@ fn views_share_device_memory() {
 
 #[test]
 fn an_op_without_cuda_code_runs_on_the_cpu() {
-    emulated();
+    emulated_unless_set();
     let (a, b) = (randn(&[2, 3], 5), randn(&[4, 3], 6));
     let want = Tensor::cat(&[&a, &b], 0).unwrap();
     let got = Tensor::cat(&[&a.to_cuda().unwrap(), &b.to_cuda().unwrap()], 0).unwrap();
@@ -97,7 +72,7 @@ fn an_op_without_cuda_code_runs_on_the_cpu() {
 
 #[test]
 fn mixing_devices_in_place_ops_and_compile_are_errors() {
-    emulated();
+    emulated_unless_set();
     let x = randn(&[3, 4], 7);
     let xc = x.to_cuda().unwrap();
     let e = (&x + &xc).unwrap_err().to_string();
