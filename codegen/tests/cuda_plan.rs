@@ -239,10 +239,20 @@ graph @lookup(%t: f32[10,4], %i: i64[3], %u: f32[6,10,5], %j: i32[4]) -> (f32[3,
   %1 = index_select %u, %j {dim = -2} : f32[6,4,5]
   return %0, %1
 }
+graph @lookup_2d(%ids: i64[2,3], %t: f32[10,4]) -> (f32[2,3,4], f32[3,2,4]) {
+  %0 = index_select %t, %ids {dim = 0} : f32[2,3,4]
+  %1 = transpose %ids {dim0 = 0, dim1 = 1} : i64[3,2]
+  %2 = index_select %t, %1 {dim = 0} : f32[3,2,4]
+  return %0, %2
+}
 "#;
 
 gpu_test!(gathers, |gpu: &dyn GpuDevice| {
     check(gpu, GATHER_PROGRAM, "lookup", 1, POINTWISE);
+});
+
+gpu_test!(gathers_by_2d_indices_in_any_input_order, |gpu: &dyn GpuDevice| {
+    check(gpu, GATHER_PROGRAM, "lookup_2d", 1, POINTWISE);
 });
 
 gpu_test!(

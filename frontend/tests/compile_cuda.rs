@@ -82,3 +82,40 @@ fn reduce_overhead_replays_a_recorded_graph_with_each_calls_inputs() {
     }
     assert_eq!(cf.stats().compiles, 1);
 }
+
+#[test]
+fn a_small_bert_encoder_runs_end_to_end_on_the_cuda_backend() {
+    use kiln::nn::pooling::{l2_normalize, mean_pool};
+    use kiln::nn::{BertConfig, BertModel};
+    emulated_unless_set();
+    let cfg = BertConfig {
+        vocab_size: 64,
+        hidden_size: 32,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        intermediate_size: 64,
+        max_position_embeddings: 16,
+        type_vocab_size: 2,
+        layer_norm_eps: 1e-12,
+        hidden_act: "gelu".to_string(),
+    };
+    let m = BertModel::random(cfg, 1).expect("the model builds");
+    let (b, s) = (2usize, 5usize);
+    let ids: Vec<i64> = (0..b * s).map(|i| (i as i64 * 7 + 3) % 64).collect();
+    let args = [
+        Tensor::from_vec(ids, &[b, s]).unwrap(),
+        Tensor::from_vec(vec![1f32; b * s], &[b, s]).unwrap(),
+        Tensor::from_vec((0..b).flat_map(|_| 0..s as i64).collect(), &[b, s]).unwrap(),
+    ];
+    let f = |a: &[Tensor; 3]| -> Result<Tensor> {
+        let h = m.forward(&a[0], &a[1], &a[2])?;
+        l2_normalize(&mean_pool(&h, &a[1])?)
+    };
+    let cf = compile_with(f, cuda().name("small_bert"));
+    let before = device_work();
+    let got = cf.call(&args).unwrap();
+    let after = device_work();
+    assert_close(&got, &f(&args).unwrap());
+    // every group ran on the device (no fallback to the cpu backend): its GEMMs among them
+    assert!(after.1 >= before.1 + 12, "GEMMs: {before:?} -> {after:?}");
+}

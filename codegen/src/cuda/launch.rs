@@ -80,15 +80,31 @@ pub(crate) fn folded_stride(t: &DeviceTensor, dims: std::ops::Range<usize>) -> O
     }
 }
 
-/// The normalised dim of a gather group's `index_select`.
-pub(crate) fn gathered_dim(body: &Graph) -> Option<usize> {
+/// A gather group's `index_select`: the normalised dim, and the positions (in the group's
+/// inputs) of the gathered tensor and of the indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GatherOperands {
+    /// the gathered dim, normalised
+    pub dim: usize,
+    /// the input position of the tensor gathered from
+    pub x: usize,
+    /// the input position of the indices
+    pub idx: usize,
+}
+
+/// The operands of a gather group's `index_select` (the group's inputs may come in any
+/// order).
+pub(crate) fn gather_operands(body: &Graph) -> Option<GatherOperands> {
     body.nodes().find_map(|(_, n)| match n.op {
         Op::IndexSelect { dim } => {
-            let rank = match n.args.first() {
-                Some(kiln_ir::Arg::Value(x)) => body.node(*x).ty.shape.rank() as i64,
-                _ => return None,
+            let pos = |a: Option<&kiln_ir::Arg>| match a {
+                Some(kiln_ir::Arg::Value(v)) => body.inputs().iter().position(|(_, i)| i == v),
+                _ => None,
             };
-            Some(if dim < 0 { dim + rank } else { dim } as usize)
+            let (x, idx) = (pos(n.args.first())?, pos(n.args.get(1))?);
+            let rank = body.node(body.inputs()[x].1).ty.shape.rank() as i64;
+            let dim = if dim < 0 { dim + rank } else { dim } as usize;
+            Some(GatherOperands { dim, x, idx })
         }
         _ => None,
     })

@@ -18,7 +18,7 @@ pub use super::captured::CapturedPlan;
 use super::captured::GatherCheck;
 use super::device_tensor::DeviceTensor;
 use super::gpu::{Gemm, GemmOperand, GpuDevice, GpuError, KernelLaunch};
-use super::launch::{folded_stride, gathered_dim, launch_nest};
+use super::launch::{folded_stride, gather_operands, launch_nest, GatherOperands};
 pub use super::launch::{gemm_operand, grid_for, NestLaunch};
 use super::{cuda_kernel, gather_kernel, CudaKernel};
 use crate::cpu::kernels::{bind_inputs, concrete, Bindings};
@@ -48,8 +48,8 @@ pub enum CudaStepKind {
     Gather {
         /// the kernel ([`super::gather_kernel`])
         kernel: CudaKernel,
-        /// the gathered dim, normalised
-        dim: usize,
+        /// the gathered dim and where the operands are among the group's inputs
+        operands: GatherOperands,
     },
     /// a GEMM, then the generated epilogue kernel (if the group has more ops)
     Matmul {
@@ -125,7 +125,8 @@ impl CudaPlan {
                     Err(nest_reason) => match gather_kernel(&k.body) {
                         Ok(kernel) => CudaStepKind::Gather {
                             kernel,
-                            dim: gathered_dim(&k.body).ok_or_else(|| no_code(nest_reason))?,
+                            operands: gather_operands(&k.body)
+                                .ok_or_else(|| no_code(nest_reason))?,
                         },
                         Err(_) => return Err(no_code(nest_reason)),
                     },
@@ -400,12 +401,13 @@ impl CudaPlan {
                 let all: Vec<&DeviceTensor> = ins.iter().chain(&outs).collect();
                 launch_nest(gpu, k, &all, bound).map_err(dev)?;
             }
-            CudaStepKind::Gather { kernel, dim } => {
+            CudaStepKind::Gather { kernel, operands } => {
                 let o = step.outputs[0];
                 let dtype = self.graph.node(o).ty.dtype;
                 let out =
                     DeviceTensor::empty(gpu, dtype, &self.shape_of(o, bound)?).map_err(dev)?;
-                self.gather(gpu, &step.name, kernel, *dim, &ins[0], &ins[1], &out, ctx)?;
+                let (x, idx) = (&ins[operands.x], &ins[operands.idx]);
+                self.gather(gpu, &step.name, kernel, operands.dim, x, idx, &out, ctx)?;
                 outs.push(out);
             }
             CudaStepKind::Matmul {
@@ -476,10 +478,13 @@ impl CudaPlan {
             (Some(_), Some(_)) => x.clone(),
             _ => self.contiguous(gpu, x, name, ctx)?,
         };
-        let idx = if idx.shape().len() <= 1 {
-            idx.clone()
-        } else {
-            self.contiguous(gpu, idx, name, ctx)?
+        // the indices in row-major order, one stride apart: a 1-d tensor as it is, a
+        // contiguous one of any rank with stride 1, anything else copied first
+        let (idx, idx_stride) = match idx.shape() {
+            [] => (idx.clone(), 1),
+            [_] => (idx.clone(), idx.strides()[0] as i64),
+            _ if idx.is_contiguous() => (idx.clone(), 1),
+            _ => (self.contiguous(gpu, idx, name, ctx)?, 1),
         };
         ctx.keep(&x);
         ctx.keep(&idx);
@@ -493,7 +498,7 @@ impl CudaPlan {
         let sizes = [outer as i64, n as i64, inner as i64, dsize as i64];
         let strides = vec![
             vec![so, 0, si, x.strides()[dim] as i64],
-            vec![0, idx.strides().first().copied().unwrap_or(1) as i64, 0, 0],
+            vec![0, idx_stride, 0, 0],
             vec![(n * inner) as i64, inner as i64, 1, 0],
             vec![0; 4],
         ];
