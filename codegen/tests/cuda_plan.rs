@@ -12,8 +12,7 @@ use kiln_codegen::cuda::device_tensor::DeviceTensor;
 use kiln_codegen::cuda::driver_gpu::gpu_for_tests;
 use kiln_codegen::cuda::emulated_gpu::EmulatedGpu;
 use kiln_codegen::cuda::gpu::GpuDevice;
-use kiln_codegen::cuda::plan::{gemm_operand, CudaPlan};
-use kiln_codegen::CodegenError;
+use kiln_codegen::cuda::plan::{gemm_operand, CudaPlan, CudaStepKind};
 use kiln_ir::interp::{eval, random_inputs};
 use kiln_ir::text::parse_module;
 use kiln_passes::pipeline::{run_passes, PassOptions};
@@ -251,9 +250,12 @@ gpu_test!(gathers, |gpu: &dyn GpuDevice| {
     check(gpu, GATHER_PROGRAM, "lookup", 1, POINTWISE);
 });
 
-gpu_test!(gathers_by_2d_indices_in_any_input_order, |gpu: &dyn GpuDevice| {
-    check(gpu, GATHER_PROGRAM, "lookup_2d", 1, POINTWISE);
-});
+gpu_test!(
+    gathers_by_2d_indices_in_any_input_order,
+    |gpu: &dyn GpuDevice| {
+        check(gpu, GATHER_PROGRAM, "lookup_2d", 1, POINTWISE);
+    }
+);
 
 gpu_test!(
     a_gather_index_out_of_range_is_an_error_naming_it,
@@ -271,25 +273,35 @@ gpu_test!(
     }
 );
 
-#[test]
-fn a_group_without_cuda_code_is_a_plan_error_naming_it() {
-    let text = r#"
+const HOST_PROGRAM: &str = r#"
 graph @joined(%a: f32[3,4], %b: f32[2,4]) -> f32[5,4] {
-  %0 = cat %a, %b {dim = 0} : f32[5,4]
-  return %0
+  %0 = exp %a : f32[3,4]
+  %1 = cat %0, %b {dim = 0} : f32[5,4]
+  %2 = tanh %1 : f32[5,4]
+  return %2
 }
 "#;
-    let g = parse_module(text).unwrap().remove(0);
-    let opt = run_passes(&g, &["decompose", "fuse"], &PassOptions::default(), false).unwrap();
-    let s = schedule(&opt).unwrap();
-    match CudaPlan::new(&s) {
-        Err(CodegenError::Plan { plan, reason }) => {
-            assert_eq!(plan, "joined");
-            assert!(reason.contains("no CUDA code"), "{reason}");
-        }
-        other => panic!("expected a plan error, got {other:?}"),
+
+gpu_test!(
+    a_group_without_cuda_code_runs_on_the_host,
+    |gpu: &dyn GpuDevice| {
+        let (_, p) = plan(HOST_PROGRAM, "joined", true);
+        let host: Vec<&str> = p
+            .steps()
+            .filter(|(_, k)| matches!(k, CudaStepKind::Host { .. }))
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(host.len(), 1, "the cat group runs on the host");
+        check(gpu, HOST_PROGRAM, "joined", 1, POINTWISE);
+        // a host round trip cannot be recorded as a graph
+        let types = vec![
+            (kiln_ir::DType::F32, vec![3, 4]),
+            (kiln_ir::DType::F32, vec![2, 4]),
+        ];
+        let e = p.capture(gpu, &types).unwrap_err().to_string();
+        assert!(e.contains("runs on the host"), "{e}");
     }
-}
+);
 
 #[test]
 fn wrong_inputs_are_typed_errors() {

@@ -4,8 +4,9 @@
 //! uses: a generated kernel, a gather, or cuBLAS plus an epilogue), compiled on first use
 //! and cached by the op's graph text (its attributes, operand dtypes and shapes), as
 //! PyTorch's eager CUDA kernels are compiled once per signature. Views are layouts over the
-//! same device memory. An op the generator does not cover runs on the CPU (its operands
-//! copied to the host, the result copied back; logged once per signature).
+//! same device memory. An op the generator does not cover runs on the CPU (a host step of
+//! its plan: operands copied to the host, the result copied back; logged once per
+//! signature).
 //!
 //! Reading values (`to_vec`, `item`, `Display`) copies to the host once per tensor. All
 //! tensor operands of an op must be on the same device. In-place ops and `compile` on CUDA

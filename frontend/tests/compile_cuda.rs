@@ -119,3 +119,32 @@ fn a_small_bert_encoder_runs_end_to_end_on_the_cuda_backend() {
     // every group ran on the device (no fallback to the cpu backend): its GEMMs among them
     assert!(after.1 >= before.1 + 12, "GEMMs: {before:?} -> {after:?}");
 }
+
+#[test]
+fn every_workload_of_the_zoo_runs_on_the_cuda_backend() {
+    emulated_unless_set();
+    // small shapes: the emulated device runs one OS thread per CUDA thread
+    let zoo: [(&str, &[usize]); 7] = [
+        ("pointwise", &[3001]),
+        ("layernorm", &[7, 96]),
+        ("softmax", &[5, 130]),
+        ("reduce", &[9, 77]),
+        ("mlp", &[6, 32]),
+        ("block", &[1, 8, 32]),
+        ("tiny", &[50]),
+    ];
+    for (name, shape) in zoo {
+        let m = kiln::models::build(name, Some(shape)).unwrap();
+        let inputs = m.example_inputs(5).unwrap();
+        let cf = compile_with(|xs: &[Tensor]| m.forward(xs), cuda().name(name));
+        let before = device_work();
+        let got = cf.call(&inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let after = device_work();
+        assert!(after.0 > before.0, "{name} ran on the device");
+        let want = m.forward(&inputs).unwrap();
+        assert_eq!(got.len(), want.len(), "{name}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_close(g, w);
+        }
+    }
+}

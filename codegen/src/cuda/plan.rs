@@ -10,9 +10,11 @@
 //! (neither its rows nor its columns contiguous, or batch dims that do not fold into one
 //! stride), are copied row-major first (through the host: slow, correct, and logged).
 //!
-//! Embedding lookups (a group of one `index_select`) run the gather kernel. A schedule with
-//! a group no generator covers (an op without CUDA code) gives a [`CodegenError::Plan`]
-//! naming the group: the caller runs it another way.
+//! Embedding lookups (a group of one `index_select`) run the gather kernel. A group no
+//! generator covers (an op without CUDA code, such as `triu` or `cat`) runs on the host: its
+//! operands are copied there, the CPU's eager kernels compute it, and the results are copied
+//! back (correct and slow; logged when the plan is built, listed by [`CudaPlan::steps`], and
+//! it makes the plan unrecordable as a graph).
 
 pub use super::captured::CapturedPlan;
 use super::captured::GatherCheck;
@@ -21,7 +23,7 @@ use super::gpu::{Gemm, GemmOperand, GpuDevice, GpuError, KernelLaunch};
 use super::launch::{folded_stride, gather_operands, launch_nest, GatherOperands};
 pub use super::launch::{gemm_operand, grid_for, NestLaunch};
 use super::{cuda_kernel, gather_kernel, CudaKernel};
-use crate::cpu::kernels::{bind_inputs, concrete, Bindings};
+use crate::cpu::kernels::{bind_inputs, concrete, run_graph, Bindings};
 use crate::error::CodegenError;
 use crate::loops::lower_kernel_half;
 use crate::matmul_group::{matmul_shape, split_matmul_group};
@@ -50,6 +52,13 @@ pub enum CudaStepKind {
         kernel: CudaKernel,
         /// the gathered dim and where the operands are among the group's inputs
         operands: GatherOperands,
+    },
+    /// a group without CUDA code: the CPU's eager kernels, with copies both ways
+    Host {
+        /// the group's body
+        body: Graph,
+        /// why it has no CUDA code
+        reason: String,
     },
     /// a GEMM, then the generated epilogue kernel (if the group has more ops)
     Matmul {
@@ -97,39 +106,23 @@ impl CudaPlan {
     pub fn new(s: &Schedule) -> Result<CudaPlan, CodegenError> {
         let start = Instant::now();
         let g = &s.graph;
-        let plan_err = |reason: String| CodegenError::Plan {
-            plan: g.name().to_string(),
-            reason,
-        };
         let mut steps = Vec::new();
         for k in s.kernels.iter().filter(|k| !k.outputs.is_empty()) {
             let name = k.body.name().to_string();
-            let no_code = |r: String| plan_err(format!("kernel {name}: no CUDA code: {r}"));
             let is_mm =
                 k.kind == GroupKind::Matmul || k.body.nodes().any(|(_, n)| n.op == Op::Matmul);
-            let kind = if is_mm {
-                let split = split_matmul_group(&k.body).map_err(|e| no_code(e.reason))?;
-                let epilogue = match split.epilogue {
-                    None => None,
-                    Some(e) => Some((NestLaunch::new(&e.graph).map_err(no_code)?, e.inputs)),
-                };
-                CudaStepKind::Matmul {
-                    a: split.a,
-                    b: split.b,
-                    mm_is_output: split.mm_is_output,
-                    epilogue,
-                }
-            } else {
-                match NestLaunch::new(&k.body) {
-                    Ok(n) => CudaStepKind::Nest(n),
-                    Err(nest_reason) => match gather_kernel(&k.body) {
-                        Ok(kernel) => CudaStepKind::Gather {
-                            kernel,
-                            operands: gather_operands(&k.body)
-                                .ok_or_else(|| no_code(nest_reason))?,
-                        },
-                        Err(_) => return Err(no_code(nest_reason)),
-                    },
+            let kind = match device_kind(&k.body, is_mm) {
+                Ok(kind) => kind,
+                Err(reason) => {
+                    tracing::warn!(
+                        target: "kiln::code",
+                        "plan {}: kernel {name} has no CUDA code ({reason}); it runs on the host",
+                        g.name()
+                    );
+                    CudaStepKind::Host {
+                        body: k.body.clone(),
+                        reason,
+                    }
                 }
             };
             steps.push(Step {
@@ -401,6 +394,26 @@ impl CudaPlan {
                 let all: Vec<&DeviceTensor> = ins.iter().chain(&outs).collect();
                 launch_nest(gpu, k, &all, bound).map_err(dev)?;
             }
+            CudaStepKind::Host { body, reason } => {
+                if ctx.capture.is_some() {
+                    return Err(CodegenError::Plan {
+                        plan: self.name.clone(),
+                        reason: format!(
+                            "cannot be recorded as a graph: kernel {} runs on the host ({reason})",
+                            step.name
+                        ),
+                    });
+                }
+                let host: Vec<CpuTensor> = ins
+                    .iter()
+                    .map(|t| t.download(gpu))
+                    .collect::<Result<_, _>>()
+                    .map_err(dev)?;
+                let refs: Vec<&CpuTensor> = host.iter().collect();
+                for t in run_graph(body, &refs, bound)? {
+                    outs.push(DeviceTensor::upload(gpu, &t).map_err(dev)?);
+                }
+            }
             CudaStepKind::Gather { kernel, operands } => {
                 let o = step.outputs[0];
                 let dtype = self.graph.node(o).ty.dtype;
@@ -613,6 +626,31 @@ impl CudaPlan {
         let c = self.contiguous(gpu, &t, kernel, ctx)?;
         let op = gemm_operand(&c).expect("a row-major batch is a GEMM operand");
         Ok((op, Some(c)))
+    }
+}
+
+/// How a group runs on the device: a generated kernel, a gather, or a GEMM and its
+/// epilogue; else why it cannot.
+fn device_kind(body: &Graph, is_mm: bool) -> Result<CudaStepKind, String> {
+    if is_mm {
+        let split = split_matmul_group(body).map_err(|e| e.reason)?;
+        let epilogue = match split.epilogue {
+            None => None,
+            Some(e) => Some((NestLaunch::new(&e.graph)?, e.inputs)),
+        };
+        return Ok(CudaStepKind::Matmul {
+            a: split.a,
+            b: split.b,
+            mm_is_output: split.mm_is_output,
+            epilogue,
+        });
+    }
+    match NestLaunch::new(body) {
+        Ok(n) => Ok(CudaStepKind::Nest(n)),
+        Err(nest_reason) => match (gather_kernel(body), gather_operands(body)) {
+            (Ok(kernel), Some(operands)) => Ok(CudaStepKind::Gather { kernel, operands }),
+            _ => Err(nest_reason),
+        },
     }
 }
 

@@ -339,9 +339,9 @@ pub(crate) struct CudaExecutable {
 }
 
 impl CudaExecutable {
-    /// The CUDA plan of `g` (fused, else one kernel per op). A graph with a kernel group
-    /// the CUDA generator does not cover runs on the cpu backend instead (logged); no
-    /// device is an error.
+    /// The CUDA plan of `g` (fused, else one kernel per op; groups without CUDA code are
+    /// host steps of the plan). A graph whose plan cannot be built runs on the cpu backend
+    /// instead (logged); no device is an error.
     fn compile(g: &Graph, fusion: bool, mode: Mode) -> Result<Box<dyn Executable>> {
         let err = |reason: String| Error::Compile {
             function: g.name().to_string(),
