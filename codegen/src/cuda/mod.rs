@@ -31,6 +31,7 @@ pub mod emulate;
 pub mod emulate_check;
 pub mod emulated_gpu;
 pub mod gather;
+pub mod gemm_args;
 pub mod gpu;
 pub mod launch;
 pub mod nvrtc;
