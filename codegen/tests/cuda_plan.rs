@@ -76,12 +76,8 @@ fn check(gpu: &dyn GpuDevice, text: &str, name: &str, sym: usize, tol: (f64, f64
         if fuse {
             groups = p.steps().count();
         }
-        let vals = random_inputs(&g, 3, &|_| sym).expect("inputs");
+        let (ins, vals) = host_inputs(&g, 3, sym);
         let want = eval(&g, &vals).expect("the interpreter runs");
-        let ins: Vec<CpuTensor> = vals
-            .iter()
-            .map(|v| CpuTensor::from_f64(&v.data, &v.shape, v.dtype).expect("tensor"))
-            .collect();
         let refs: Vec<&CpuTensor> = ins.iter().collect();
         let got = p
             .run_host(gpu, &refs)

@@ -8,7 +8,7 @@
 
 mod cuda_common;
 
-use cuda_common::{assert_close, emulated_unless_set, randn};
+use cuda_common::{assert_close, emulated_unless_set, randn, small_bert_config};
 use kiln::{compile_with, Backend, CompileOptions, Mode, Result, Tensor};
 
 /// Kernel launches and GEMMs the process's device has run.
@@ -86,19 +86,9 @@ fn reduce_overhead_replays_a_recorded_graph_with_each_calls_inputs() {
 #[test]
 fn a_small_bert_encoder_runs_end_to_end_on_the_cuda_backend() {
     use kiln::nn::pooling::{l2_normalize, mean_pool};
-    use kiln::nn::{BertConfig, BertModel};
+    use kiln::nn::BertModel;
     emulated_unless_set();
-    let cfg = BertConfig {
-        vocab_size: 64,
-        hidden_size: 32,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        intermediate_size: 64,
-        max_position_embeddings: 16,
-        type_vocab_size: 2,
-        layer_norm_eps: 1e-12,
-        hidden_act: "gelu".to_string(),
-    };
+    let cfg = small_bert_config();
     let m = BertModel::random(cfg, 1).expect("the model builds");
     let (b, s) = (2usize, 5usize);
     let ids: Vec<i64> = (0..b * s).map(|i| (i as i64 * 7 + 3) % 64).collect();

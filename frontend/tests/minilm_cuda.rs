@@ -9,8 +9,11 @@
 //! (CI sets it after `eval "$(bash scripts/fetch-cuda-tools.sh)"`), which makes its absence
 //! a failure. The emulation needs `g++` (as `kiln-codegen`'s `cuda_emulation` tests do).
 
+mod cuda_common;
+
+use cuda_common::small_bert_config;
 use kiln::nn::pooling::{l2_normalize, mean_pool};
-use kiln::nn::{BertConfig, BertModel, MiniLm};
+use kiln::nn::{BertModel, MiniLm};
 use kiln::{compile_with, CompileOptions, Graph, Tensor};
 use kiln_codegen::cuda::emulate_check::{check_kernel, EMU_THREADS};
 use kiln_codegen::cuda::nvrtc::{compile_and_assemble, nvrtc_for_tests, SassStats};
@@ -137,17 +140,7 @@ fn every_minilm_kernel_compiles_with_nvrtc_and_ptxas() {
 #[test]
 fn minilm_encoder_kernels_match_the_interpreter_under_emulation() {
     let start = Instant::now();
-    let cfg = BertConfig {
-        vocab_size: 64,
-        hidden_size: 32,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        intermediate_size: 64,
-        max_position_embeddings: 16,
-        type_vocab_size: 2,
-        layer_norm_eps: 1e-12,
-        hidden_act: "gelu".to_string(),
-    };
+    let cfg = small_bert_config();
     let m = BertModel::random(cfg, 1).expect("the model builds");
     let args = encoder_inputs(2, 5, 64);
     let graphs = compile_with(

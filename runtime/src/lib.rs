@@ -33,4 +33,4 @@ pub use kernels::layout::view_strides;
 pub use kernels::matmul::{matmul_into, RowEpilogue};
 pub use raw::ReadLock;
 pub use storage::Storage;
-pub use tensor::CpuTensor;
+pub use tensor::{contiguous_strides, CpuTensor};

@@ -26,8 +26,8 @@ pub struct CpuTensor {
     offset: usize,
 }
 
-/// Row-major (contiguous) strides of `shape`.
-pub(crate) fn contiguous_strides(shape: &[usize]) -> Strides {
+/// Row-major (contiguous) strides of `shape`, in elements (dims of size 0 count as 1).
+pub fn contiguous_strides(shape: &[usize]) -> Strides {
     let mut s: Strides = SmallVec::from_elem(0, shape.len());
     let mut acc = 1isize;
     for i in (0..shape.len()).rev() {

@@ -10,7 +10,7 @@ use crate::loops::{lower_kernel, LoopNest};
 use kiln_ir::{DType, Graph, NodeId, Op};
 use kiln_passes::egraph::lang::GroupKind;
 use kiln_passes::schedule::Schedule;
-use kiln_runtime::{execute, CpuTensor, EagerArg};
+use kiln_runtime::{contiguous_strides, execute, CpuTensor, EagerArg};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::fmt;
@@ -260,7 +260,7 @@ impl CpuPlan {
                         Some(unsafe { CpuTensor::uninit(DType::F32, &[n.max(1)]) }.map_err(rt)?);
                 }
                 let base = arena[b].as_ref().expect("just made");
-                let strides = contiguous(shape);
+                let strides = contiguous_strides(shape);
                 base.with_layout(shape, &strides, 0).map_err(rt)
             }
             _ => {
@@ -397,14 +397,4 @@ impl CpuPlan {
         }
         Ok(res)
     }
-}
-
-fn contiguous(shape: &[usize]) -> Vec<isize> {
-    let mut s = vec![0isize; shape.len()];
-    let mut acc = 1isize;
-    for i in (0..shape.len()).rev() {
-        s[i] = acc;
-        acc *= shape[i].max(1) as isize;
-    }
-    s
 }

@@ -5,7 +5,7 @@
 
 use super::gpu::{DevicePtr, GpuBuffer, GpuDevice, GpuError};
 use kiln_ir::DType;
-use kiln_runtime::CpuTensor;
+use kiln_runtime::{contiguous_strides, CpuTensor};
 use std::sync::Arc;
 
 /// A tensor in device memory.
@@ -18,17 +18,6 @@ pub struct DeviceTensor {
     offset: usize,
 }
 
-/// Row-major strides of `shape`, elements.
-pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
-    let mut s = vec![0isize; shape.len()];
-    let mut acc = 1isize;
-    for i in (0..shape.len()).rev() {
-        s[i] = acc;
-        acc *= shape[i].max(1) as isize;
-    }
-    s
-}
-
 impl DeviceTensor {
     /// A contiguous tensor of `shape` in fresh device memory (contents unspecified).
     pub fn empty(gpu: &dyn GpuDevice, dtype: DType, shape: &[usize]) -> Result<Self, GpuError> {
@@ -38,7 +27,7 @@ impl DeviceTensor {
             buf,
             dtype,
             shape: shape.to_vec(),
-            strides: contiguous_strides(shape),
+            strides: contiguous_strides(shape).to_vec(),
             offset: 0,
         })
     }

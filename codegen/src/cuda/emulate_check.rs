@@ -11,10 +11,11 @@
 //! Used by the CUDA emulation tests of this crate and of the frontend (the models' kernels).
 
 use super::emulate::{emulate, EmuBuffer};
+use super::launch::{nest_loop_sizes, nest_loop_strides};
 use super::{cuda_kernel, CudaKernel};
 use crate::loops::{lower_kernel_half, LoopNest, Role};
 use kiln_ir::interp::{eval, random_inputs, Value};
-use kiln_ir::{DType, Dim, Graph};
+use kiln_ir::{DType, Graph};
 
 /// Kernels with more elements than this in one buffer are not emulated (too slow):
 /// [`check_kernel`] skips them.
@@ -32,49 +33,23 @@ pub const EMU_THREADS: u32 = 64;
 /// symbolic dims that no buffer indexes get `sym`. A nest without dims has one dim of
 /// size 1.
 pub fn loop_sizes(nest: &LoopNest, shapes: &[Vec<usize>], sym: usize) -> Vec<i64> {
-    let mut sizes: Vec<i64> = nest
-        .dims
-        .iter()
-        .map(|d| match d {
-            Dim::Const(n) => *n as i64,
-            Dim::Sym(_) => sym as i64,
-        })
-        .collect();
-    for (b, shape) in nest.buffers.iter().zip(shapes) {
-        for (j, ix) in b.index.iter().enumerate() {
-            if let Some(d) = ix {
-                if shape[j] != 1 {
-                    sizes[*d] = shape[j] as i64;
-                }
-            }
-        }
-    }
-    if sizes.is_empty() {
-        sizes.push(1);
-    }
-    sizes
+    let shapes: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+    nest_loop_sizes(nest, &shapes, &|_| sym)
 }
 
 /// Each buffer's element strides along each of the `nd` loop dims, for contiguous buffers
 /// of these shapes (0 where a dim is not indexed or is broadcast).
 pub fn loop_strides(nest: &LoopNest, shapes: &[Vec<usize>], nd: usize) -> Vec<Vec<i64>> {
-    nest.buffers
+    let strides: Vec<Vec<isize>> = shapes
         .iter()
-        .zip(shapes)
-        .map(|(b, shape)| {
-            let mut st = vec![0i64; nd];
-            let mut s = 1i64;
-            for j in (0..shape.len()).rev() {
-                if let Some(d) = b.index[j] {
-                    if shape[j] != 1 {
-                        st[d] = s;
-                    }
-                }
-                s *= shape[j] as i64;
-            }
-            st
-        })
-        .collect()
+        .map(|s| kiln_runtime::contiguous_strides(s).to_vec())
+        .collect();
+    let layouts: Vec<(&[usize], &[isize])> = shapes
+        .iter()
+        .zip(&strides)
+        .map(|(s, st)| (s.as_slice(), st.as_slice()))
+        .collect();
+    nest_loop_strides(nest, &layouts, nd)
 }
 
 /// A value's bytes as a kernel buffer holds them (f32, f16 or bf16 little-endian, or bool

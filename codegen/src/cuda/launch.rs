@@ -110,20 +110,25 @@ pub(crate) fn gather_operands(body: &Graph) -> Option<GatherOperands> {
     })
 }
 
-/// The loop sizes of `nest` over these tensors (inputs then outputs): symbolic dims from
-/// the bindings, any dim a buffer indexes from that buffer's size.
-fn loop_sizes(nest: &LoopNest, tensors: &[&DeviceTensor], bound: &Bindings) -> Vec<i64> {
+/// The loop sizes of `nest` over buffers of these shapes (the nest's buffers in order):
+/// any dim a buffer indexes from that buffer's size, symbolic dims no buffer indexes from
+/// `sym`. A nest without dims has one dim of size 1.
+pub fn nest_loop_sizes(
+    nest: &LoopNest,
+    shapes: &[&[usize]],
+    sym: &dyn Fn(&str) -> usize,
+) -> Vec<i64> {
     let mut sizes: Vec<i64> = nest
         .dims
         .iter()
         .map(|d| match d {
             Dim::Const(n) => *n as i64,
-            Dim::Sym(s) => lookup(bound, s).unwrap_or(1) as i64,
+            Dim::Sym(s) => sym(s) as i64,
         })
         .collect();
-    for (b, t) in nest.buffers.iter().zip(tensors) {
+    for (b, shape) in nest.buffers.iter().zip(shapes) {
         for (j, ix) in b.index.iter().enumerate() {
-            if let (Some(d), Some(&n)) = (ix, t.shape().get(j)) {
+            if let (Some(d), Some(&n)) = (ix, shape.get(j)) {
                 if n != 1 {
                     sizes[*d] = n as i64;
                 }
@@ -136,18 +141,22 @@ fn loop_sizes(nest: &LoopNest, tensors: &[&DeviceTensor], bound: &Bindings) -> V
     sizes
 }
 
-/// Each tensor's element stride along each loop dim (0 where it does not index the dim or
-/// is broadcast along it).
-fn loop_strides(nest: &LoopNest, tensors: &[&DeviceTensor], nd: usize) -> Vec<Vec<i64>> {
+/// Each buffer's element stride along each of the `nd` loop dims, from its layout (`shape`,
+/// `strides`; 0 where it does not index the dim or is broadcast along it).
+pub fn nest_loop_strides(
+    nest: &LoopNest,
+    layouts: &[(&[usize], &[isize])],
+    nd: usize,
+) -> Vec<Vec<i64>> {
     nest.buffers
         .iter()
-        .zip(tensors)
-        .map(|(b, t)| {
+        .zip(layouts)
+        .map(|(b, (shape, strides))| {
             let mut st = vec![0i64; nd];
             for (j, ix) in b.index.iter().enumerate() {
                 if let Some(d) = ix {
-                    if t.shape()[j] != 1 {
-                        st[*d] = t.strides()[j] as i64;
+                    if shape[j] != 1 {
+                        st[*d] = strides[j] as i64;
                     }
                 }
             }
@@ -179,11 +188,14 @@ pub(crate) fn launch_nest(
     tensors: &[&DeviceTensor],
     bound: &Bindings,
 ) -> Result<(), GpuError> {
-    let sizes = loop_sizes(&k.nest, tensors, bound);
+    let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape()).collect();
+    let sizes = nest_loop_sizes(&k.nest, &shapes, &|s| lookup(bound, s).unwrap_or(1));
     if sizes.contains(&0) {
         return Ok(());
     }
-    let strides = loop_strides(&k.nest, tensors, sizes.len());
+    let layouts: Vec<(&[usize], &[isize])> =
+        tensors.iter().map(|t| (t.shape(), t.strides())).collect();
+    let strides = nest_loop_strides(&k.nest, &layouts, sizes.len());
     let ptrs: Vec<DevicePtr> = tensors.iter().map(|t| t.ptr()).collect();
     gpu.launch(&KernelLaunch {
         kernel: &k.kernel,

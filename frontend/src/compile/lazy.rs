@@ -54,17 +54,6 @@ impl LazyValue {
     }
 }
 
-/// Row-major strides of `shape`.
-pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
-    let mut strides = vec![0isize; shape.len()];
-    let mut acc = 1isize;
-    for (s, &n) in strides.iter_mut().zip(shape).rev() {
-        *s = acc;
-        acc *= n.max(1) as isize;
-    }
-    strides
-}
-
 thread_local! {
     static CURRENT: RefCell<Option<Arc<Tracer>>> = const { RefCell::new(None) };
 }

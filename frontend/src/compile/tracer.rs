@@ -6,7 +6,7 @@
 //! tensor's values (or mutating one in place) is a graph break: the live values of the
 //! segment become its outputs, the segment runs, and a new segment starts.
 
-use super::lazy::{contiguous_strides, LazyValue};
+use super::lazy::LazyValue;
 use crate::error::{Error, Result};
 use crate::tensor::Repr;
 use crate::{Operand, Tensor};
@@ -203,7 +203,7 @@ impl Tracer {
             segment: st.segment,
             node,
             dtype,
-            strides: contiguous_strides(&shape),
+            strides: kiln_runtime::contiguous_strides(&shape).to_vec(),
             shape,
             value: OnceLock::new(),
             view_of,

@@ -1,6 +1,7 @@
 //! Helpers shared by the tests of CUDA tensors and the cuda backend.
 #![allow(dead_code)] // each test file uses some of them
 
+use kiln::nn::BertConfig;
 use kiln::{DType, Tensor};
 
 /// Chooses the emulated device for this test process unless `KILN_CUDA_DEVICE` is set
@@ -32,5 +33,21 @@ pub fn assert_close(got: &Tensor, want: &Tensor) {
             x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= 1e-4 * y.abs() + 1e-5,
             "element {i}: got {x}, want {y}"
         );
+    }
+}
+
+/// A small BERT encoder's configuration (2 layers, width 32, 4 heads, vocabulary 64): small
+/// enough to emulate every kernel.
+pub fn small_bert_config() -> BertConfig {
+    BertConfig {
+        vocab_size: 64,
+        hidden_size: 32,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        intermediate_size: 64,
+        max_position_embeddings: 16,
+        type_vocab_size: 2,
+        layer_norm_eps: 1e-12,
+        hidden_act: "gelu".to_string(),
     }
 }
