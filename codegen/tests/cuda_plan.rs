@@ -322,19 +322,52 @@ fn gemm_operands_read_strided_layouts_or_ask_for_a_copy() {
     let op = gemm_operand(&x).unwrap();
     assert_eq!((op.ld, op.batch_stride, op.transposed), (4, 12, false));
     // its transpose: read column-major
-    let t = x.transpose(1, 2);
+    let t = x.transpose(1, 2).unwrap();
     let op = gemm_operand(&t).unwrap();
     assert_eq!((op.ld, op.batch_stride, op.transposed), (4, 12, true));
     // a broadcast batch: stride 0
     let m = DeviceTensor::empty(&gpu, kiln_ir::DType::F32, &[3, 4]).unwrap();
-    let op = gemm_operand(&m.expand(&[5, 3, 4])).unwrap();
+    let op = gemm_operand(&m.expand(&[5, 3, 4]).unwrap()).unwrap();
     assert_eq!((op.ld, op.batch_stride), (4, 0));
     // every other column: neither rows nor columns contiguous
-    assert!(gemm_operand(&x.slice(2, 0, 4, 2)).is_none());
+    assert!(gemm_operand(&x.slice(2, 0, 4, 2).unwrap()).is_none());
     // batch dims that do not fold into one stride (a permuted batch)
     let y = DeviceTensor::empty(&gpu, kiln_ir::DType::F32, &[2, 3, 4, 5]).unwrap();
-    assert!(gemm_operand(&y.permute(&[1, 0, 2, 3])).is_none());
+    assert!(gemm_operand(&y.permute(&[1, 0, 2, 3]).unwrap()).is_none());
     assert!(gemm_operand(&y).is_some());
+    // a vector is not a matrix operand
+    let v = DeviceTensor::empty(&gpu, kiln_ir::DType::F32, &[4]).unwrap();
+    assert!(gemm_operand(&v).is_none());
+}
+
+#[test]
+fn bad_views_of_device_tensors_are_typed_errors() {
+    let gpu = EmulatedGpu::new();
+    let x = DeviceTensor::empty(&gpu, kiln_ir::DType::F32, &[2, 3]).unwrap();
+    let e = x.permute(&[0, 0]).unwrap_err().to_string();
+    assert!(e.contains("permute") && e.contains("[2, 3]"), "{e}");
+    assert!(x.permute(&[1]).is_err());
+    assert!(x
+        .transpose(0, 2)
+        .unwrap_err()
+        .to_string()
+        .contains("transpose"));
+    assert!(x
+        .expand(&[4, 3])
+        .unwrap_err()
+        .to_string()
+        .contains("expand"));
+    assert!(x.expand(&[3]).is_err());
+    assert!(x
+        .slice(1, 2, 4, 1)
+        .unwrap_err()
+        .to_string()
+        .contains("slice"));
+    assert!(x.slice(0, 0, 2, 0).is_err());
+    assert!(x.slice(2, 0, 1, 1).is_err());
+    // good ones still work
+    assert_eq!(x.expand(&[5, 2, 3]).unwrap().shape(), &[5, 2, 3]);
+    assert_eq!(x.slice(1, 0, 3, 2).unwrap().shape(), &[2, 2]);
 }
 
 /// Host tensors of the interpreter's random inputs for `g` (seed `seed`, symbols `sym`).

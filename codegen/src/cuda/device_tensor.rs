@@ -8,6 +8,18 @@ use kiln_ir::DType;
 use kiln_runtime::{contiguous_strides, CpuTensor};
 use std::sync::Arc;
 
+/// A view a device tensor cannot take (the op, the tensor's shape, why).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{op} of a device tensor of shape {shape:?}: {reason}")]
+pub struct LayoutError {
+    /// the view op
+    pub op: &'static str,
+    /// the tensor's shape
+    pub shape: Vec<usize>,
+    /// what is wrong
+    pub reason: String,
+}
+
 /// A tensor in device memory.
 #[derive(Clone, Debug)]
 pub struct DeviceTensor {
@@ -138,41 +150,84 @@ impl DeviceTensor {
         let st = kiln_runtime::view_strides(&self.shape, &self.strides, shape)?;
         Some(self.with(shape.to_vec(), st.to_vec(), self.offset))
     }
-    /// Result dim i is dim `dims[i]`.
-    pub fn permute(&self, dims: &[usize]) -> DeviceTensor {
+    /// A [`LayoutError`] for view `op` with `reason`.
+    fn bad(&self, op: &'static str, reason: String) -> LayoutError {
+        LayoutError {
+            op,
+            shape: self.shape.clone(),
+            reason,
+        }
+    }
+    /// Result dim i is dim `dims[i]` (`dims` a permutation of the dims).
+    pub fn permute(&self, dims: &[usize]) -> Result<DeviceTensor, LayoutError> {
+        let mut seen = vec![false; self.shape.len()];
+        let ok = dims.len() == self.shape.len()
+            && dims
+                .iter()
+                .all(|&d| d < seen.len() && !std::mem::replace(&mut seen[d], true));
+        if !ok {
+            return Err(self.bad(
+                "permute",
+                format!("{dims:?} is not a permutation of the dims"),
+            ));
+        }
         let shape = dims.iter().map(|&d| self.shape[d]).collect();
         let strides = dims.iter().map(|&d| self.strides[d]).collect();
-        self.with(shape, strides, self.offset)
+        Ok(self.with(shape, strides, self.offset))
     }
     /// Swaps two dims.
-    pub fn transpose(&self, a: usize, b: usize) -> DeviceTensor {
+    pub fn transpose(&self, a: usize, b: usize) -> Result<DeviceTensor, LayoutError> {
+        let rank = self.shape.len();
+        if a >= rank || b >= rank {
+            return Err(self.bad(
+                "transpose",
+                format!("dims {a} and {b} of a rank-{rank} tensor"),
+            ));
+        }
         let (mut shape, mut strides) = (self.shape.clone(), self.strides.clone());
         shape.swap(a, b);
         strides.swap(a, b);
-        self.with(shape, strides, self.offset)
+        Ok(self.with(shape, strides, self.offset))
     }
     /// Broadcasts to `shape`: stride 0 on new dims and on dims stretched from 1.
-    pub fn expand(&self, shape: &[usize]) -> DeviceTensor {
+    pub fn expand(&self, shape: &[usize]) -> Result<DeviceTensor, LayoutError> {
         let (r, tr) = (shape.len(), self.shape.len());
+        let fits =
+            r >= tr && (0..tr).all(|i| self.shape[i] == shape[r - tr + i] || self.shape[i] == 1);
+        if !fits {
+            return Err(self.bad("expand", format!("cannot broadcast to {shape:?}")));
+        }
         let mut st = vec![0isize; r];
         for i in 0..tr {
             if self.shape[i] == shape[r - tr + i] {
                 st[r - tr + i] = self.strides[i];
             }
         }
-        self.with(shape.to_vec(), st, self.offset)
+        Ok(self.with(shape.to_vec(), st, self.offset))
     }
-    /// `x[start:end:step]` along dim `d` (bounds already clamped, `step ≥ 1`).
-    pub fn slice(&self, d: usize, start: usize, end: usize, step: usize) -> DeviceTensor {
+    /// `x[start:end:step]` along dim `d` (`start ≤ end ≤` the dim's size, `step ≥ 1`).
+    pub fn slice(
+        &self,
+        d: usize,
+        start: usize,
+        end: usize,
+        step: usize,
+    ) -> Result<DeviceTensor, LayoutError> {
+        if d >= self.shape.len() || start > end || end > self.shape[d] || step == 0 {
+            return Err(self.bad(
+                "slice",
+                format!("dim {d}, {start}..{end} step {step} is out of bounds"),
+            ));
+        }
         let (mut shape, mut strides) = (self.shape.clone(), self.strides.clone());
-        shape[d] = end.saturating_sub(start).div_ceil(step.max(1));
+        shape[d] = (end - start).div_ceil(step);
         let offset = if shape.contains(&0) {
             self.offset
         } else {
             (self.offset as isize + start as isize * strides[d]) as usize
         };
-        strides[d] *= step.max(1) as isize;
-        self.with(shape, strides, offset)
+        strides[d] *= step as isize;
+        Ok(self.with(shape, strides, offset))
     }
 }
 

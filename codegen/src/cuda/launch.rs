@@ -27,6 +27,9 @@ pub struct NestLaunch {
 /// folding into one stride (or all broadcast).
 pub fn gemm_operand(t: &DeviceTensor) -> Option<GemmOperand> {
     let r = t.shape().len();
+    if r < 2 {
+        return None;
+    }
     let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
     let (rs, cs) = (t.strides()[r - 2], t.strides()[r - 1]);
     // row-major: consecutive columns adjacent, rows `ld ≥ cols` apart; or the transpose
@@ -154,9 +157,9 @@ pub fn nest_loop_strides(
         .map(|(b, (shape, strides))| {
             let mut st = vec![0i64; nd];
             for (j, ix) in b.index.iter().enumerate() {
-                if let Some(d) = ix {
-                    if shape[j] != 1 {
-                        st[*d] = strides[j] as i64;
+                if let (Some(d), Some(&n), Some(&s)) = (ix, shape.get(j), strides.get(j)) {
+                    if n != 1 {
+                        st[*d] = s as i64;
                     }
                 }
             }
@@ -170,7 +173,7 @@ pub fn nest_loop_strides(
 pub fn grid_for(kernel: &CudaKernel, sizes: &[i64]) -> u32 {
     let total: u64 = sizes.iter().map(|&s| s.max(0) as u64).product();
     let blocks = if kernel.per_row {
-        let rows: u64 = sizes[..sizes.len() - 1]
+        let rows: u64 = sizes[..sizes.len().saturating_sub(1)]
             .iter()
             .map(|&s| s.max(0) as u64)
             .product();

@@ -313,6 +313,10 @@ impl CudaPlan {
             }
         };
         let shape = self.shape_of(id, bound)?;
+        let layout = |e: super::device_tensor::LayoutError| CodegenError::Plan {
+            plan: self.name.clone(),
+            reason: format!("value %{}: {e}", id.index()),
+        };
         let t = match &n.op {
             Op::Reshape { .. } => match x.reshape(&shape) {
                 Some(t) => t,
@@ -322,15 +326,17 @@ impl CudaPlan {
                         .expect("a contiguous tensor reshapes as a view")
                 }
             },
-            Op::Permute { dims } => x.permute(dims),
-            Op::Transpose { dim0, dim1 } => x.transpose(norm(*dim0), norm(*dim1)),
-            Op::Expand { .. } => x.expand(&shape),
+            Op::Permute { dims } => x.permute(dims).map_err(layout)?,
+            Op::Transpose { dim0, dim1 } => {
+                x.transpose(norm(*dim0), norm(*dim1)).map_err(layout)?
+            }
+            Op::Expand { .. } => x.expand(&shape).map_err(layout)?,
             Op::Slice {
                 dim,
                 start,
                 end,
                 step,
-            } => x.slice(norm(*dim), *start, *end, *step),
+            } => x.slice(norm(*dim), *start, *end, *step).map_err(layout)?,
             other => {
                 return Err(CodegenError::Plan {
                     plan: self.name.clone(),
@@ -584,10 +590,13 @@ impl CudaPlan {
         let full = |t: &DeviceTensor, rows: usize, cols: usize| {
             let mut s = batch_shape.clone();
             s.extend([rows, cols]);
-            t.expand(&s)
+            t.expand(&s).map_err(|e| CodegenError::Plan {
+                plan: self.name.clone(),
+                reason: format!("kernel {kernel}: {e}"),
+            })
         };
-        let a_op = self.operand(gpu, kernel, full(&a2, m, k), ctx)?;
-        let b_op = self.operand(gpu, kernel, full(&b2, k, n), ctx)?;
+        let a_op = self.operand(gpu, kernel, full(&a2, m, k)?, ctx)?;
+        let b_op = self.operand(gpu, kernel, full(&b2, k, n)?, ctx)?;
         let mut c_shape = batch_shape.clone();
         c_shape.extend([m, n]);
         let c = DeviceTensor::empty(gpu, kiln_ir::DType::F32, &c_shape).map_err(dev)?;
