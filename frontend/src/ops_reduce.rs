@@ -104,7 +104,13 @@ impl Tensor {
             }
             (None, None) => {}
         }
-        Tensor::apply(&Op::LayerNorm { ndim, eps }, &args)
+        Tensor::apply(
+            &Op::LayerNorm {
+                ndim,
+                eps: eps.into(),
+            },
+            &args,
+        )
     }
 
     /// RMS norm over the trailing `normalized_shape` dims, with an optional weight.
@@ -118,7 +124,13 @@ impl Tensor {
         let ndim = self.normalized_ndim("rms_norm", normalized_shape)?;
         let mut args = vec![Operand::Tensor(self)];
         args.extend(weight.map(Operand::Tensor));
-        Tensor::apply(&Op::RmsNorm { ndim, eps }, &args)
+        Tensor::apply(
+            &Op::RmsNorm {
+                ndim,
+                eps: eps.into(),
+            },
+            &args,
+        )
     }
 
     /// `self @ weightᵀ + bias` with `weight: [out, in]` (as `torch.nn.functional.linear`).

@@ -122,7 +122,7 @@ impl Tensor {
     fn constant(t: CpuTensor) -> Result<Tensor> {
         if lazy::current().is_some() {
             let op = Op::FromVec {
-                values: t.to_f64_vec(),
+                values: t.to_f64_vec().into(),
                 shape: Shape::of(t.shape()),
                 dtype: t.dtype(),
             };
@@ -172,9 +172,9 @@ impl Tensor {
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor> {
         Tensor::apply(
             &Op::Arange {
-                start,
-                end,
-                step,
+                start: start.into(),
+                end: end.into(),
+                step: step.into(),
                 dtype,
             },
             &[],

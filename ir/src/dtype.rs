@@ -120,6 +120,31 @@ impl DType {
         }
     }
 
+    /// The largest finite value of the dtype (`torch.finfo(d).max`, `torch.iinfo(d).max`, 1
+    /// for bool).
+    pub fn max_finite(self) -> f64 {
+        match self {
+            DType::F64 => f64::MAX,
+            DType::F32 => f32::MAX as f64,
+            DType::F16 => half::f16::MAX.to_f64(),
+            DType::BF16 => half::bf16::MAX.to_f64(),
+            DType::I32 => i32::MAX as f64,
+            DType::I64 => i64::MAX as f64,
+            DType::Bool => 1.0,
+        }
+    }
+
+    /// The machine epsilon of a float dtype (`torch.finfo(d).eps`); the default float's for
+    /// integer and bool dtypes.
+    pub fn epsilon(self) -> f64 {
+        match self {
+            DType::F64 => f64::EPSILON,
+            DType::F16 => half::f16::EPSILON.to_f64(),
+            DType::BF16 => half::bf16::EPSILON.to_f64(),
+            DType::F32 | DType::I32 | DType::I64 | DType::Bool => f32::EPSILON as f64,
+        }
+    }
+
     /// The result of integer arithmetic computed exactly in f64, as a value of this dtype:
     /// `i32` results wrap around (two's complement, as PyTorch's and eager's integer ops
     /// do, where [`DType::round_f64`], the cast rule, saturates); `i64` results beyond

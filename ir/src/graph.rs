@@ -33,7 +33,7 @@ impl fmt::Display for NodeId {
 }
 
 /// One operand of a node: the value of another node or a scalar literal.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Arg {
     /// the value defined by a node
     Value(NodeId),

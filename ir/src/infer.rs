@@ -108,14 +108,6 @@ pub fn result_type(args: &[ArgType]) -> DType {
     out.unwrap_or(DType::DEFAULT_FLOAT)
 }
 
-fn float_of(d: DType) -> DType {
-    if d.is_float() {
-        d
-    } else {
-        DType::DEFAULT_FLOAT
-    }
-}
-
 /// The broadcast shape of all tensor operands.
 fn broadcast_all(c: &Ctx<'_>) -> Result<Shape, TypeError> {
     let mut shape = Shape::scalar();
@@ -180,7 +172,7 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
             dtype,
         } => {
             c.arity(0, 0)?;
-            let n = arange_len(*start, *end, *step).ok_or_else(|| {
+            let n = arange_len(start.get(), end.get(), step.get()).ok_or_else(|| {
                 c.err(format!(
                     "arange({start}, {end}, {step}) has no finite, non-negative length"
                 ))
@@ -214,14 +206,7 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
         Op::Unary(u) => {
             c.arity(1, 1)?;
             let t = c.tensor(0)?;
-            if t.dtype == DType::Bool && u.keeps_int() {
-                return Err(c.err("is not defined for bool tensors"));
-            }
-            let dtype = if u.keeps_int() {
-                t.dtype
-            } else {
-                float_of(t.dtype)
-            };
+            let dtype = u.info().dtype.result(t.dtype).map_err(|r| c.err(r))?;
             Ok(tt(dtype, t.shape.clone()))
         }
         Op::Binary(b) => {
@@ -231,18 +216,36 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
             }
             let shape = broadcast_all(&c)?;
             let common = result_type(args);
-            let dtype = if b.is_comparison() {
-                DType::Bool
-            } else if common == DType::Bool
-                && !matches!(b, crate::BinaryOp::Maximum | crate::BinaryOp::Minimum)
-            {
-                return Err(c.err("arithmetic on bool operands is not supported; cast first"));
-            } else if *b == crate::BinaryOp::Div {
-                float_of(common)
-            } else {
-                common
+            let rule = b.info().dtype;
+            let dtype = match rule.result(common) {
+                Ok(d) => d,
+                Err(_) if common == DType::Bool => {
+                    return Err(c.err("arithmetic on bool operands is not supported; cast first"))
+                }
+                Err(r) => return Err(c.err(r)),
             };
             Ok(tt(dtype, shape))
+        }
+        Op::Clamp => {
+            c.arity(3, 3)?;
+            c.tensor(0)?;
+            let shape = broadcast_all(&c)?;
+            let dtype = op
+                .info()
+                .dtype
+                .result(result_type(args))
+                .map_err(|r| c.err(r))?;
+            Ok(tt(dtype, shape))
+        }
+        Op::Hardtanh { .. }
+        | Op::LeakyRelu { .. }
+        | Op::Elu { .. }
+        | Op::Softplus { .. }
+        | Op::NanToNum { .. } => {
+            c.arity(1, 1)?;
+            let t = c.tensor(0)?;
+            let dtype = op.info().dtype.result(t.dtype).map_err(|r| c.err(r))?;
+            Ok(tt(dtype, t.shape.clone()))
         }
         Op::Where => {
             c.arity(3, 3)?;

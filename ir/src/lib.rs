@@ -1,7 +1,8 @@
 //! kiln's graph IR.
 //!
 //! * [`DType`], [`Dim`], [`Shape`], [`TensorType`]: what a value is.
-//! * [`Op`]: the closed op set, with names and attributes as data.
+//! * [`Op`]: the closed op set, declared once in the op table ([`ops`]): names,
+//!   attributes with PyTorch's defaults, kinds, costs, ranges and f64 references.
 //! * [`infer()`]: PyTorch's typing rules for every op (shared by the verifier, the eager
 //!   runtime and the tracer).
 //! * [`Graph`]: nodes in an arena with typed ids, named inputs, ordered outputs.
@@ -15,7 +16,7 @@ mod graph;
 pub mod infer;
 pub mod interp;
 pub mod math;
-mod op;
+pub mod ops;
 pub mod rng;
 mod scalar;
 pub mod shape;
@@ -26,8 +27,11 @@ mod verify;
 pub use dtype::{Category, DType};
 pub use graph::{Arg, Graph, GraphError, Node, NodeId};
 pub use infer::{infer, result_type, TypeError};
-pub use op::{AttrValue, BinaryOp, InplaceOp, Op, OpParseError, ReduceOp, UnaryOp};
-pub use scalar::{format_float, Scalar};
+pub use ops::{
+    AttrValue, BinaryOp, Constant, CostClass, DTypeRule, Domain, InplaceOp, Op, OpInfo, OpKind,
+    OpParseError, RangeRule, ReduceOp, Reference, UnaryOp, ValueRange,
+};
+pub use scalar::{format_float, Scalar, F64};
 pub use shape::{broadcast, Dim, Shape};
 pub use text::{parse_graph, parse_module, print_graph, print_module, ParseError};
 pub use types::{ArgType, TensorType};

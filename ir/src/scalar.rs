@@ -2,10 +2,62 @@
 
 use crate::DType;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+
+/// An f64 stored as its bits, so that it is `Eq` and `Hash` (Cranelift's `Ieee64`): two
+/// values are equal when their bits are, so `NaN == NaN` and `0.0 != -0.0`. Ops keep their
+/// float attributes (`eps`, `negative_slope`, ...) in it, which makes [`crate::Op`]
+/// hashable.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct F64(u64);
+
+impl F64 {
+    /// The value `v`.
+    pub const fn new(v: f64) -> F64 {
+        F64(v.to_bits())
+    }
+
+    /// The value.
+    pub const fn get(self) -> f64 {
+        f64::from_bits(self.0)
+    }
+
+    /// The bits.
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+}
+
+impl From<f64> for F64 {
+    fn from(v: f64) -> F64 {
+        F64::new(v)
+    }
+}
+
+impl From<F64> for f64 {
+    fn from(v: F64) -> f64 {
+        v.get()
+    }
+}
+
+impl fmt::Debug for F64 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.get())
+    }
+}
+
+impl fmt::Display for F64 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_float(self.get()))
+    }
+}
 
 /// A scalar literal. Its category (bool, int, float) takes part in type promotion the way
 /// a Python number does in PyTorch: it never widens a tensor of its own category.
-#[derive(Clone, Copy, Debug, PartialEq)]
+///
+/// Literals are compared and hashed by their bits (a float literal `NaN` equals itself,
+/// `0.0` and `-0.0` differ): they are IR data, not numbers being compared.
+#[derive(Clone, Copy, Debug)]
 pub enum Scalar {
     /// A boolean literal.
     Bool(bool),
@@ -13,6 +65,29 @@ pub enum Scalar {
     Int(i64),
     /// A floating-point literal.
     Float(f64),
+}
+
+impl PartialEq for Scalar {
+    fn eq(&self, other: &Scalar) -> bool {
+        match (self, other) {
+            (Scalar::Bool(a), Scalar::Bool(b)) => a == b,
+            (Scalar::Int(a), Scalar::Int(b)) => a == b,
+            (Scalar::Float(a), Scalar::Float(b)) => a.to_bits() == b.to_bits(),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Scalar {}
+
+impl Hash for Scalar {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            Scalar::Bool(b) => (0u8, *b as u64).hash(state),
+            Scalar::Int(i) => (1u8, *i as u64).hash(state),
+            Scalar::Float(f) => (2u8, f.to_bits()).hash(state),
+        }
+    }
 }
 
 impl Scalar {

@@ -345,10 +345,10 @@ fn creation_ops() {
         &[2, 2],
         &[1.0; 4],
     );
-    let arange = |start, end, step, dtype| Op::Arange {
-        start,
-        end,
-        step,
+    let arange = |start: f64, end: f64, step: f64, dtype| Op::Arange {
+        start: start.into(),
+        end: end.into(),
+        step: step.into(),
         dtype,
     };
     check(
@@ -411,7 +411,7 @@ fn creation_ops() {
     check(&r, DType::BF16, &[5], &want);
     let r = run(
         Op::FromVec {
-            values: vec![1.9, -1.9],
+            values: vec![1.9, -1.9].into(),
             shape: Shape::of(&[2, 1]),
             dtype: DType::I64,
         },

@@ -384,13 +384,22 @@ fn layer_norm_biased_variance() {
     );
     let s = 1.25f64.sqrt(); // biased variance of 1..4 is 1.25
     let z = [-1.5 / s, -0.5 / s, 0.5 / s, 1.5 / s];
-    let v = run(Op::LayerNorm { ndim: 1, eps: 0.0 }, vec![x.clone()]);
+    let v = run(
+        Op::LayerNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(0.0),
+        },
+        vec![x.clone()],
+    );
     let want: Vec<f64> = z.iter().chain(z.iter().rev()).copied().collect();
     close(&v, &want, 1e-15);
     let w = t(DType::F64, &[4], &[1.0, 2.0, 1.0, 2.0]);
     let b = t(DType::F64, &[4], &[0.0, 0.0, 1.0, 1.0]);
     let v = run(
-        Op::LayerNorm { ndim: 1, eps: 0.0 },
+        Op::LayerNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(0.0),
+        },
         vec![x.clone(), w.clone(), b],
     );
     close(
@@ -407,7 +416,13 @@ fn layer_norm_biased_variance() {
         ],
         1e-15,
     );
-    let v = run(Op::LayerNorm { ndim: 1, eps: 0.0 }, vec![x, w]);
+    let v = run(
+        Op::LayerNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(0.0),
+        },
+        vec![x, w],
+    );
     close(
         &v,
         &[
@@ -424,7 +439,13 @@ fn layer_norm_biased_variance() {
     );
     // Over the last two dims, with eps.
     let x2 = t(DType::F32, &[1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
-    let v = run(Op::LayerNorm { ndim: 2, eps: 2.75 }, vec![x2]);
+    let v = run(
+        Op::LayerNorm {
+            ndim: 2,
+            eps: kiln_ir::F64::new(2.75),
+        },
+        vec![x2],
+    );
     let want: Vec<f64> = [-1.5, -0.5, 0.5, 1.5]
         .iter()
         .map(|d| (d / 2.0f64) as f32 as f64)
@@ -436,13 +457,28 @@ fn layer_norm_biased_variance() {
 fn rms_norm() {
     let x = t(DType::F64, &[2, 2], &[3.0, 4.0, 1.0, 1.0]);
     let r = 12.5f64.sqrt();
-    let v = run(Op::RmsNorm { ndim: 1, eps: 0.0 }, vec![x.clone()]);
+    let v = run(
+        Op::RmsNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(0.0),
+        },
+        vec![x.clone()],
+    );
     close(&v, &[3.0 / r, 4.0 / r, 1.0, 1.0], 1e-15);
     let w = t(DType::F64, &[2], &[2.0, 0.5]);
-    let v = run(Op::RmsNorm { ndim: 1, eps: 0.0 }, vec![x, w]);
+    let v = run(
+        Op::RmsNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(0.0),
+        },
+        vec![x, w],
+    );
     close(&v, &[6.0 / r, 2.0 / r, 2.0, 0.5], 1e-15);
     let v = run(
-        Op::RmsNorm { ndim: 1, eps: 3.0 },
+        Op::RmsNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(3.0),
+        },
         vec![t(DType::F16, &[2], &[1.0, 1.0])],
     );
     check(&v, DType::F16, &[2], &[0.5, 0.5]);

@@ -100,35 +100,64 @@ pub type Decomposition = fn(
     loc: &Option<String>,
 ) -> Result<NodeId, PassError>;
 
-/// Names of the ops that have a decomposition (both forms of `gelu` are `gelu`).
-pub const DECOMPOSED: &[&str] = &[
-    "softmax",
-    "log_softmax",
-    "layer_norm",
-    "rms_norm",
-    "gelu",
-    "silu",
-    "linear",
-    "var",
-    "mean",
-];
-
 /// The decomposition of `op`, if it is a composite op (see the table in the module docs).
+/// The match is exhaustive: a new op must say here whether it decomposes.
 pub fn decomposition(op: &Op) -> Option<Decomposition> {
     Some(match op {
         Op::Softmax { .. } => softmax,
         Op::LogSoftmax { .. } => log_softmax,
         Op::LayerNorm { .. } => layer_norm,
         Op::RmsNorm { .. } => rms_norm,
-        Op::Unary(UnaryOp::Gelu) => gelu,
-        Op::Unary(UnaryOp::GeluTanh) => gelu_tanh,
-        Op::Unary(UnaryOp::Silu) => silu,
+        Op::Unary(u) => return unary_decomposition(*u),
         Op::Linear => linear,
         Op::Var { .. } => var,
-        Op::Reduce {
-            op: ReduceOp::Mean, ..
-        } => mean,
-        _ => return None,
+        Op::Reduce { op: r, .. } => match r {
+            ReduceOp::Mean => mean,
+            ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min => return None,
+        },
+        Op::Clamp => clamp,
+        Op::Hardtanh { .. } => hardtanh,
+        Op::LeakyRelu { .. } => leaky_relu,
+        Op::Elu { .. } => elu,
+        Op::Softplus { .. } => softplus,
+        Op::NanToNum { .. } => nan_to_num,
+        Op::Input
+        | Op::Full { .. }
+        | Op::Arange { .. }
+        | Op::Rand { .. }
+        | Op::Randn { .. }
+        | Op::FromVec { .. }
+        | Op::Binary(_)
+        | Op::Inplace(_)
+        | Op::Where
+        | Op::Argmax { .. }
+        | Op::Matmul
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::Transpose { .. }
+        | Op::Expand { .. }
+        | Op::Slice { .. }
+        | Op::Cat { .. }
+        | Op::IndexSelect { .. }
+        | Op::Cast { .. }
+        | Op::Contiguous
+        | Op::Triu { .. }
+        | Op::Tril { .. } => return None,
+    })
+}
+
+fn unary_decomposition(u: UnaryOp) -> Option<Decomposition> {
+    use UnaryOp::*;
+    Some(match u {
+        Gelu => gelu,
+        GeluTanh => gelu_tanh,
+        Silu => silu,
+        Relu6 => relu6,
+        Hardswish => hardswish,
+        Mish => mish,
+        Neg | Abs | Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Erf | Sigmoid | Relu
+        | Floor | Ceil | Round | Trunc | Sign | Log1p | Expm1 | Log2 | Exp2 | Tan | Atan
+        | Isnan | Isinf | LogicalNot | BitwiseNot => return None,
     })
 }
 
@@ -532,6 +561,7 @@ fn layer_norm(
     let Op::LayerNorm { ndim, eps } = node.op else {
         return Err(unsupported(format!("{} is not a layer_norm", node.op)));
     };
+    let eps = eps.get();
     let mut e = Emit { g: out, loc };
     let x = first(node, args)?;
     let dtype = e.ty(x)?.dtype;
@@ -564,6 +594,7 @@ fn rms_norm(
     let Op::RmsNorm { ndim, eps } = node.op else {
         return Err(unsupported(format!("{} is not an rms_norm", node.op)));
     };
+    let eps = eps.get();
     let mut e = Emit { g: out, loc };
     let x = first(node, args)?;
     let dtype = e.ty(x)?.dtype;
@@ -732,5 +763,202 @@ fn mean(
         // A symbolic reduced dim: `mean` stays a primitive.
         Err(_) => e.op(node.op.clone(), &[x])?,
     };
+    e.finish(y, node)
+}
+
+/// A literal of `v` that keeps a tensor of `dtype` in its dtype: an int for integer
+/// tensors (when `v` is integral), a float otherwise.
+fn lit_for(dtype: DType, v: f64) -> Result<Arg, PassError> {
+    if dtype.is_float() {
+        Ok(lit(v))
+    } else if v.fract() == 0.0 && v.abs() < 9.0e15 {
+        Ok(Arg::Scalar(Scalar::Int(v as i64)))
+    } else {
+        Err(unsupported(format!(
+            "the bound {v} is not an integer, for a {dtype} tensor"
+        )))
+    }
+}
+
+/// `minimum(maximum(x, lo), hi)` in `x`'s dtype.
+fn clamp_between(e: &mut Emit<'_>, x: Arg, lo: Arg, hi: Arg) -> Result<Arg, PassError> {
+    let m = e.binary(BinaryOp::Maximum, x, lo)?;
+    e.binary(BinaryOp::Minimum, m, hi)
+}
+
+fn clamp(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let [x, lo, hi] = args else {
+        return Err(unsupported("clamp needs x, min and max".into()));
+    };
+    // promote x first, so that both steps compute in the result dtype
+    let x = e.cast(*x, node.ty.dtype)?;
+    let y = clamp_between(&mut e, x, *lo, *hi)?;
+    e.finish(y, node)
+}
+
+fn hardtanh(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::Hardtanh { min_val, max_val } = node.op else {
+        return Err(unsupported(format!("{} is not a hardtanh", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let (lo, hi) = (
+        lit_for(dtype, min_val.get())?,
+        lit_for(dtype, max_val.get())?,
+    );
+    let y = clamp_between(&mut e, x, lo, hi)?;
+    e.finish(y, node)
+}
+
+fn relu6(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let y = clamp_between(&mut e, x, lit_for(dtype, 0.0)?, lit_for(dtype, 6.0)?)?;
+    e.finish(y, node)
+}
+
+fn hardswish(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let x = e.widen(x, dtype)?;
+    let s = e.add(x, lit(3.0))?;
+    let c = clamp_between(&mut e, s, lit(0.0), lit(6.0))?;
+    let p = e.mul(x, c)?;
+    let y = e.div(p, lit(6.0))?;
+    e.finish(y, node)
+}
+
+/// `where(x·β > threshold, x, log1p(exp(x·β)) / β)` on a widened `x`.
+fn softplus_of(e: &mut Emit<'_>, x: Arg, beta: f64, threshold: f64) -> Result<Arg, PassError> {
+    let bx = if beta == 1.0 { x } else { e.mul(x, lit(beta))? };
+    let big = e.binary(BinaryOp::Gt, bx, lit(threshold))?;
+    let ex = e.unary(UnaryOp::Exp, bx)?;
+    let l = e.unary(UnaryOp::Log1p, ex)?;
+    let soft = if beta == 1.0 { l } else { e.div(l, lit(beta))? };
+    e.op(Op::Where, &[big, x, soft])
+}
+
+fn softplus(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::Softplus { beta, threshold } = node.op else {
+        return Err(unsupported(format!("{} is not a softplus", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let x = e.widen(x, dtype)?;
+    let y = softplus_of(&mut e, x, beta.get(), threshold.get())?;
+    e.finish(y, node)
+}
+
+fn mish(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let x = e.widen(x, dtype)?;
+    let s = softplus_of(&mut e, x, 1.0, 20.0)?;
+    let t = e.unary(UnaryOp::Tanh, s)?;
+    let y = e.mul(x, t)?;
+    e.finish(y, node)
+}
+
+fn leaky_relu(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::LeakyRelu { negative_slope } = node.op else {
+        return Err(unsupported(format!("{} is not a leaky_relu", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let x = e.widen(x, dtype)?;
+    let pos = e.binary(BinaryOp::Gt, x, lit(0.0))?;
+    let neg = e.mul(x, lit(negative_slope.get()))?;
+    let y = e.op(Op::Where, &[pos, x, neg])?;
+    e.finish(y, node)
+}
+
+fn elu(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::Elu { alpha } = node.op else {
+        return Err(unsupported(format!("{} is not an elu", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    let dtype = e.ty(x)?.dtype;
+    let x = e.widen(x, dtype)?;
+    let pos = e.binary(BinaryOp::Gt, x, lit(0.0))?;
+    let m = e.unary(UnaryOp::Expm1, x)?;
+    let neg = e.mul(m, lit(alpha.get()))?;
+    let y = e.op(Op::Where, &[pos, x, neg])?;
+    e.finish(y, node)
+}
+
+fn nan_to_num(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let Op::NanToNum {
+        nan,
+        posinf,
+        neginf,
+    } = node.op
+    else {
+        return Err(unsupported(format!("{} is not a nan_to_num", node.op)));
+    };
+    let mut e = Emit { g: out, loc };
+    let x = first(node, args)?;
+    if !e.ty(x)?.dtype.is_float() {
+        // integers have no NaN and no infinity
+        return e.finish(x, node);
+    }
+    let is_nan = e.unary(UnaryOp::Isnan, x)?;
+    let is_pos = e.binary(BinaryOp::Eq, x, lit(f64::INFINITY))?;
+    let is_neg = e.binary(BinaryOp::Eq, x, lit(f64::NEG_INFINITY))?;
+    let y = e.op(Op::Where, &[is_neg, lit(neginf.get()), x])?;
+    let y = e.op(Op::Where, &[is_pos, lit(posinf.get()), y])?;
+    let y = e.op(Op::Where, &[is_nan, lit(nan.get()), y])?;
     e.finish(y, node)
 }

@@ -212,6 +212,19 @@ pub(crate) trait CFloat:
     fn powf(self, e: Self) -> Self;
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
+    fn floor(self) -> Self;
+    fn ceil(self) -> Self;
+    fn round_even(self) -> Self;
+    fn trunc(self) -> Self;
+    fn ln_1p(self) -> Self;
+    fn exp_m1(self) -> Self;
+    fn log2(self) -> Self;
+    fn exp2(self) -> Self;
+    fn tan(self) -> Self;
+    fn atan(self) -> Self;
+    fn atan2(self, x: Self) -> Self;
+    /// C's `fmod`: the exact remainder of truncated division
+    fn fmod(self, d: Self) -> Self;
 }
 
 /// tanh for f32 through f64 `exp` (accurate to about 1 ulp of f32; about twice as fast as
@@ -282,6 +295,54 @@ macro_rules! cfloat {
             #[inline(always)]
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
+            }
+            #[inline(always)]
+            fn floor(self) -> Self {
+                <$t>::floor(self)
+            }
+            #[inline(always)]
+            fn ceil(self) -> Self {
+                <$t>::ceil(self)
+            }
+            #[inline(always)]
+            fn round_even(self) -> Self {
+                <$t>::round_ties_even(self)
+            }
+            #[inline(always)]
+            fn trunc(self) -> Self {
+                <$t>::trunc(self)
+            }
+            #[inline(always)]
+            fn ln_1p(self) -> Self {
+                <$t>::ln_1p(self)
+            }
+            #[inline(always)]
+            fn exp_m1(self) -> Self {
+                <$t>::exp_m1(self)
+            }
+            #[inline(always)]
+            fn log2(self) -> Self {
+                <$t>::log2(self)
+            }
+            #[inline(always)]
+            fn exp2(self) -> Self {
+                <$t>::exp2(self)
+            }
+            #[inline(always)]
+            fn tan(self) -> Self {
+                <$t>::tan(self)
+            }
+            #[inline(always)]
+            fn atan(self) -> Self {
+                <$t>::atan(self)
+            }
+            #[inline(always)]
+            fn atan2(self, x: Self) -> Self {
+                <$t>::atan2(self, x)
+            }
+            #[inline(always)]
+            fn fmod(self, d: Self) -> Self {
+                self % d
             }
         }
     };
@@ -354,6 +415,15 @@ pub(crate) trait IntKern: Kern + Ord {
     fn wabs(self) -> Self;
     /// `self ^ e`, wrapping; negative exponents give the truncated real power.
     fn wpow(self, e: Self) -> Self;
+    /// the remainder of truncated division (`d` non-zero), wrapping (`MIN % -1` is 0)
+    fn wfmod(self, d: Self) -> Self;
+    /// the remainder of floored division, with `d`'s sign (`d` non-zero)
+    fn wremainder(self, d: Self) -> Self;
+    fn band(self, o: Self) -> Self;
+    fn bor(self, o: Self) -> Self;
+    fn bxor(self, o: Self) -> Self;
+    fn bnot(self) -> Self;
+    fn signum_(self) -> Self;
 }
 
 macro_rules! int_kern {
@@ -379,6 +449,39 @@ macro_rules! int_kern {
             #[inline(always)]
             fn wabs(self) -> Self {
                 self.wrapping_abs()
+            }
+            #[inline(always)]
+            fn wfmod(self, d: Self) -> Self {
+                self.wrapping_rem(d)
+            }
+            #[inline(always)]
+            fn wremainder(self, d: Self) -> Self {
+                let m = self.wrapping_rem(d);
+                if m != 0 && ((m < 0) != (d < 0)) {
+                    m.wrapping_add(d)
+                } else {
+                    m
+                }
+            }
+            #[inline(always)]
+            fn band(self, o: Self) -> Self {
+                self & o
+            }
+            #[inline(always)]
+            fn bor(self, o: Self) -> Self {
+                self | o
+            }
+            #[inline(always)]
+            fn bxor(self, o: Self) -> Self {
+                self ^ o
+            }
+            #[inline(always)]
+            fn bnot(self) -> Self {
+                !self
+            }
+            #[inline(always)]
+            fn signum_(self) -> Self {
+                self.signum()
             }
             fn wpow(self, e: Self) -> Self {
                 if e < 0 {

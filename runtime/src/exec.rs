@@ -100,10 +100,10 @@ pub fn execute(op: &Op, args: &[EagerArg<'_>]) -> Result<CpuTensor, RuntimeError
         Op::Full { value, dtype, .. } => create::full(&shape, *value, *dtype),
         Op::Arange {
             start, step, dtype, ..
-        } => create::arange(*start, *step, shape[0], *dtype),
+        } => create::arange(start.get(), step.get(), shape[0], *dtype),
         Op::Rand { dtype, seed, .. } => create::rand(&shape, *dtype, *seed),
         Op::Randn { dtype, seed, .. } => create::randn(&shape, *dtype, *seed),
-        Op::FromVec { values, dtype, .. } => create::from_vec(values, &shape, *dtype),
+        Op::FromVec { values, dtype, .. } => create::from_vec(values.values(), &shape, *dtype),
         Op::Unary(u) => pointwise::unary(*u, tensor(0)?, out.dtype)?,
         Op::Binary(b) => pointwise::binary(
             *b,
@@ -112,8 +112,14 @@ pub fn execute(op: &Op, args: &[EagerArg<'_>]) -> Result<CpuTensor, RuntimeError
             out.dtype,
             &shape,
             result_type(&types),
-        ),
+        )?,
         Op::Where => pointwise::where_(tensor(0)?, &args[1], &args[2], out.dtype, &shape),
+        Op::Clamp => pointwise::clamp(args, out.dtype, &shape),
+        Op::Hardtanh { .. }
+        | Op::LeakyRelu { .. }
+        | Op::Elu { .. }
+        | Op::Softplus { .. }
+        | Op::NanToNum { .. } => pointwise::unary_attrs(op, tensor(0)?, out.dtype),
         Op::Reduce { op: r, dims, .. } => {
             let x = tensor(0)?;
             reduce::reduce(*r, x, &reduce::reduced_dims(dims, x.rank()), &shape)
@@ -146,13 +152,13 @@ pub fn execute(op: &Op, args: &[EagerArg<'_>]) -> Result<CpuTensor, RuntimeError
         Op::LayerNorm { ndim, eps } => norm::norm(
             tensor(0)?,
             *ndim,
-            *eps,
+            eps.get(),
             opt_tensor(1)?,
             opt_tensor(2)?,
             false,
         ),
         Op::RmsNorm { ndim, eps } => {
-            norm::norm(tensor(0)?, *ndim, *eps, opt_tensor(1)?, None, true)
+            norm::norm(tensor(0)?, *ndim, eps.get(), opt_tensor(1)?, None, true)
         }
         Op::Linear => matmul::linear(tensor(0)?, tensor(1)?, opt_tensor(2)?, &shape),
         Op::Matmul => matmul::matmul(tensor(0)?, tensor(1)?, &shape)?,

@@ -138,8 +138,20 @@ fn shape_and_type_mismatches() {
             vec![EagerArg::Tensor(&i)],
         ),
         (Op::Softmax { dim: 5 }, vec![ta]),
-        (Op::LayerNorm { ndim: 3, eps: 1e-5 }, vec![ta]),
-        (Op::LayerNorm { ndim: 1, eps: 1e-5 }, vec![ta, tb]),
+        (
+            Op::LayerNorm {
+                ndim: 3,
+                eps: kiln_ir::F64::new(1e-5),
+            },
+            vec![ta],
+        ),
+        (
+            Op::LayerNorm {
+                ndim: 1,
+                eps: kiln_ir::F64::new(1e-5),
+            },
+            vec![ta, tb],
+        ),
         (Op::Unary(UnaryOp::Neg), vec![EagerArg::Tensor(&bl)]),
         (
             Op::Unary(UnaryOp::Exp),
@@ -161,9 +173,9 @@ fn shape_and_type_mismatches() {
         (Op::Triu { diagonal: 0 }, vec![EagerArg::Tensor(&i)]),
         (
             Op::Arange {
-                start: 0.0,
-                end: 1.0,
-                step: 0.0,
+                start: 0.0.into(),
+                end: 1.0.into(),
+                step: 0.0.into(),
                 dtype: DType::F32,
             },
             vec![],

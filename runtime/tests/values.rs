@@ -21,7 +21,10 @@ fn unary_matches_f64_formulas() {
     for dt in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         let x = t(&xs, &[41], dt);
         let xr = x.to_f64_vec();
-        for u in UnaryOp::ALL {
+        for u in UnaryOp::ALL
+            .into_iter()
+            .filter(|u| u.info().dtype.result(dt).is_ok())
+        {
             let got = ex(Op::Unary(u), &[&x]).to_f64_vec();
             let want: Vec<f64> = xr.iter().map(|&v| dt.round_f64(u.eval_f64(v))).collect();
             let (r, a) = tol(dt);
@@ -304,8 +307,22 @@ fn norms_match_formulas() {
     let xs = x.to_f64_vec();
     let sm = ex(Op::Softmax { dim: -1 }, &[&x]).to_f64_vec();
     let lsm = ex(Op::LogSoftmax { dim: 1 }, &[&x]).to_f64_vec();
-    let ln = ex(Op::LayerNorm { ndim: 1, eps: 1e-5 }, &[&x]).to_f64_vec();
-    let rms = ex(Op::RmsNorm { ndim: 1, eps: 1e-6 }, &[&x]).to_f64_vec();
+    let ln = ex(
+        Op::LayerNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(1e-5),
+        },
+        &[&x],
+    )
+    .to_f64_vec();
+    let rms = ex(
+        Op::RmsNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(1e-6),
+        },
+        &[&x],
+    )
+    .to_f64_vec();
     for r in 0..3 {
         let row = &xs[r * 4096..][..4096];
         let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -451,9 +468,9 @@ fn layout_ops() {
 fn creation_ops() {
     let ar = execute(
         &Op::Arange {
-            start: 1.0,
-            end: 2.0,
-            step: 0.25,
+            start: 1.0.into(),
+            end: 2.0.into(),
+            step: 0.25.into(),
             dtype: DType::F32,
         },
         &[],
@@ -462,9 +479,9 @@ fn creation_ops() {
     assert_eq!(ar.to_f64_vec(), vec![1.0, 1.25, 1.5, 1.75]);
     let ai = execute(
         &Op::Arange {
-            start: 0.0,
-            end: 5.0,
-            step: 2.0,
+            start: 0.0.into(),
+            end: 5.0.into(),
+            step: 2.0.into(),
             dtype: DType::I64,
         },
         &[],
@@ -517,7 +534,7 @@ fn creation_ops() {
     assert_eq!(z.to_f64_vec(), vec![0.0; 3]);
     let fv = execute(
         &Op::FromVec {
-            values: vec![1.9, -1.9],
+            values: vec![1.9, -1.9].into(),
             shape: Shape::of(&[2]),
             dtype: DType::I64,
         },
@@ -631,7 +648,14 @@ fn zero_size_tensors() {
     assert_eq!(c.to_f64_vec(), vec![1.0, 2.0, 3.0]);
     assert_eq!(ex(Op::Softmax { dim: 0 }, &[&e]).shape(), &[0, 3]);
     assert_eq!(
-        ex(Op::LayerNorm { ndim: 1, eps: 1e-5 }, &[&e]).shape(),
+        ex(
+            Op::LayerNorm {
+                ndim: 1,
+                eps: kiln_ir::F64::new(1e-5)
+            },
+            &[&e]
+        )
+        .shape(),
         &[0, 3]
     );
     assert_eq!(

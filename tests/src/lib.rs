@@ -46,6 +46,32 @@ pub enum Dist {
     Positive,
     /// normal times a scale, e.g. wide ranges for exp/tanh saturation
     Scaled(f64),
+    /// in (-0.9, 2.1): for log1p
+    AboveMinusOne,
+    /// normal, but never 0 for integers (a divisor)
+    NonZero,
+}
+
+impl Dist {
+    /// The distribution an op's operand `i` is drawn from: its domain in the op table
+    /// (the real line widened to ±6σ for transcendentals, which saturate out there).
+    pub fn of(info: &kiln::ir::OpInfo, i: usize) -> Dist {
+        use kiln::ir::{CostClass, Domain};
+        match info.domain.get(i).copied().unwrap_or(Domain::Real) {
+            Domain::Real if info.cost == CostClass::Transcendental => Dist::Scaled(6.0),
+            Domain::Real | Domain::Integer => Dist::Normal,
+            Domain::Positive => Dist::Positive,
+            Domain::AboveMinusOne => Dist::AboveMinusOne,
+            Domain::Small => Dist::Scaled(2.0),
+            Domain::NonZero => Dist::NonZero,
+        }
+    }
+}
+
+/// True when the op's dtype rule accepts operands promoted to `dtype` (bitwise ops take
+/// no floats, arithmetic takes no bools).
+pub fn accepts(info: &kiln::ir::OpInfo, dtype: DType) -> bool {
+    info.dtype == kiln::ir::DTypeRule::Own || info.dtype.result(dtype).is_ok()
 }
 
 /// A random tensor of `shape` and `dtype` in the given layout, drawn with `seed`.
@@ -65,12 +91,21 @@ pub fn make(shape: &[usize], dtype: DType, seed: u64, dist: Dist, layout: Layout
                 DType::Bool => (u[i] < 0.5) as u8 as f64,
                 DType::I32 | DType::I64 => match dist {
                     Dist::Positive => (u[i] * 5.0).floor() + 1.0,
+                    Dist::NonZero => {
+                        let v = (u[i] * 10.0).floor() - 5.0;
+                        if v >= 0.0 {
+                            v + 1.0
+                        } else {
+                            v
+                        }
+                    }
                     _ => (u[i] * 10.0).floor() - 5.0,
                 },
                 _ => match dist {
-                    Dist::Normal => g[i],
+                    Dist::Normal | Dist::NonZero => g[i],
                     Dist::Positive => 0.1 + 3.0 * u[i],
                     Dist::Scaled(k) => g[i] * k,
+                    Dist::AboveMinusOne => -0.9 + 3.0 * u[i],
                 },
             })
             .collect();

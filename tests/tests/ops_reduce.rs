@@ -186,14 +186,20 @@ fn layer_norm_and_rms_norm() {
                     let norm = &shape[shape.len() - ndim..];
                     let w = make(norm, dtype, seed + 1, Dist::Normal, Layout::Contiguous);
                     let b = make(norm, dtype, seed + 2, Dist::Normal, Layout::Strided);
-                    let ln = Op::LayerNorm { ndim, eps: 1e-5 };
+                    let ln = Op::LayerNorm {
+                        ndim,
+                        eps: kiln_ir::F64::new(1e-5),
+                    };
                     assert_op(&ln, &[TestArg::T(x.clone())]);
                     assert_op(&ln, &[TestArg::T(x.clone()), TestArg::T(w.clone())]);
                     assert_op(
                         &ln,
                         &[TestArg::T(x.clone()), TestArg::T(w.clone()), TestArg::T(b)],
                     );
-                    let rms = Op::RmsNorm { ndim, eps: 1e-6 };
+                    let rms = Op::RmsNorm {
+                        ndim,
+                        eps: kiln_ir::F64::new(1e-6),
+                    };
                     assert_op(&rms, &[TestArg::T(x.clone())]);
                     assert_op(&rms, &[TestArg::T(x), TestArg::T(w)]);
                 }

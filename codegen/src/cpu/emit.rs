@@ -16,7 +16,7 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
-use kiln_ir::{BinaryOp, ReduceOp, UnaryOp};
+use kiln_ir::{BinaryOp, CostClass, DTypeRule, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 /// How a buffer is addressed along the inner loop.
@@ -63,15 +63,14 @@ fn flags() -> MemFlagsData {
 /// range, from `ranges`, allows one: see `math/fitted.rs`), `pow` (libm per lane) about 48.
 pub(crate) fn stmt_cost(e: &Expr, ranges: &[ValueRange]) -> usize {
     match e {
-        Expr::Unary(u, x) => match u {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt | UnaryOp::Recip => 1,
-            UnaryOp::Rsqrt => 2,
-            _ => {
+        Expr::Unary(u, x) => match u.info().cost {
+            CostClass::Transcendental => {
                 let range = ranges.get(*x).copied().unwrap_or(ValueRange::ANY);
-                fitted_cost(*u, range).unwrap_or(24)
+                fitted_cost(*u, range).unwrap_or(CostClass::Transcendental.instructions())
             }
+            cost => cost.instructions(),
         },
-        Expr::Binary(BinaryOp::Pow, ..) => 48,
+        Expr::Binary(b, ..) => b.info().cost.instructions(),
         _ => 1,
     }
 }
@@ -595,12 +594,20 @@ impl Emitter<'_> {
         w: Width,
         operand: &dyn Fn(&ValueId) -> Value,
     ) -> Value {
+        let is_bool = |v: &ValueId| self.nest.body[*v].ty == ScalarType::Bool;
         match e {
+            Expr::Unary(u, x) if u.info().dtype == DTypeRule::Bool || is_bool(x) => {
+                self.math.bool_unary(b, *u, operand(x), is_bool(x))
+            }
             Expr::Unary(u, x) => self.math.unary_in(b, *u, operand(x), self.ranges[*x]),
             Expr::Binary(op, x, y) => {
+                let (xb, yb) = (is_bool(x), is_bool(y));
                 let (x, y) = (operand(x), operand(y));
                 match float_cc(*op) {
                     Some(cc) => b.ins().fcmp(cc, x, y),
+                    None if xb || yb || op.info().dtype == DTypeRule::Bool => {
+                        self.math.bool_binary(b, *op, (x, xb), (y, yb))
+                    }
                     None => self.math.binary(b, *op, x, y),
                 }
             }

@@ -73,40 +73,116 @@ use emit::Em;
 pub(crate) use fitted::{fit_chain, Fitted};
 use kiln_ir::{BinaryOp, UnaryOp};
 
-/// The symbol name under which `pow`'s per-lane helper is imported.
-const POWF: &str = "kiln_powf";
-
-/// `powf` with the C ABI, for JIT code (libm's, C99 semantics like `f32::powf`).
-extern "C" fn kiln_powf(x: f32, y: f32) -> f32 {
-    libm::powf(x, y)
+/// Library routines generated code calls lane by lane: each computes in f64 with the
+/// `libm` crate and rounds once, as eager does. `pow`, `fmod` and `atan2` stay calls; the
+/// others are calls until a vector routine replaces them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Libm {
+    /// `x^y`
+    Pow,
+    /// C's `fmod(x, y)`
+    Fmod,
+    /// `atan2(y, x)`
+    Atan2,
+    /// sine (the large-argument path of `sin`)
+    Sin,
+    /// cosine (the large-argument path of `cos`)
+    Cos,
+    /// `log(1 + x)`
+    Log1p,
+    /// `e^x - 1`
+    Expm1,
+    /// `log2 x`
+    Log2,
+    /// `2^x`
+    Exp2,
+    /// `tan x`
+    Tan,
+    /// `atan x`
+    Atan,
 }
 
-/// The symbol names of the exact sine and cosine for large arguments.
-const SINF: &str = "kiln_sinf";
-const COSF: &str = "kiln_cosf";
+impl Libm {
+    /// Every routine, in the order of [`Math`]'s imports.
+    const ALL: [Libm; 11] = [
+        Libm::Pow,
+        Libm::Fmod,
+        Libm::Atan2,
+        Libm::Sin,
+        Libm::Cos,
+        Libm::Log1p,
+        Libm::Expm1,
+        Libm::Log2,
+        Libm::Exp2,
+        Libm::Tan,
+        Libm::Atan,
+    ];
+
+    /// The symbol the JIT module imports it under, its arity and its address.
+    fn symbol(self) -> (&'static str, usize, *const u8) {
+        extern "C" fn pow(x: f32, y: f32) -> f32 {
+            libm::powf(x, y)
+        }
+        extern "C" fn fmod(x: f32, y: f32) -> f32 {
+            libm::fmodf(x, y)
+        }
+        extern "C" fn atan2(y: f32, x: f32) -> f32 {
+            libm::atan2(f64::from(y), f64::from(x)) as f32
+        }
+        extern "C" fn sin(x: f32) -> f32 {
+            libm::sin(f64::from(x)) as f32
+        }
+        extern "C" fn cos(x: f32) -> f32 {
+            libm::cos(f64::from(x)) as f32
+        }
+        extern "C" fn log1p(x: f32) -> f32 {
+            libm::log1p(f64::from(x)) as f32
+        }
+        extern "C" fn expm1(x: f32) -> f32 {
+            libm::expm1(f64::from(x)) as f32
+        }
+        extern "C" fn log2(x: f32) -> f32 {
+            libm::log2(f64::from(x)) as f32
+        }
+        extern "C" fn exp2(x: f32) -> f32 {
+            libm::exp2(f64::from(x)) as f32
+        }
+        extern "C" fn tan(x: f32) -> f32 {
+            libm::tan(f64::from(x)) as f32
+        }
+        extern "C" fn atan(x: f32) -> f32 {
+            libm::atan(f64::from(x)) as f32
+        }
+        match self {
+            Libm::Pow => ("kiln_powf", 2, pow as *const u8),
+            Libm::Fmod => ("kiln_fmodf", 2, fmod as *const u8),
+            Libm::Atan2 => ("kiln_atan2f", 2, atan2 as *const u8),
+            Libm::Sin => ("kiln_sinf", 1, sin as *const u8),
+            Libm::Cos => ("kiln_cosf", 1, cos as *const u8),
+            Libm::Log1p => ("kiln_log1pf", 1, log1p as *const u8),
+            Libm::Expm1 => ("kiln_expm1f", 1, expm1 as *const u8),
+            Libm::Log2 => ("kiln_log2f", 1, log2 as *const u8),
+            Libm::Exp2 => ("kiln_exp2f", 1, exp2 as *const u8),
+            Libm::Tan => ("kiln_tanf", 1, tan as *const u8),
+            Libm::Atan => ("kiln_atanf", 1, atan as *const u8),
+        }
+    }
+}
 
 /// Beyond this |x| the polynomial sine and cosine lose accuracy (their Cody–Waite
 /// reduction is exact up to about 1e5): such lanes take the libm path.
 const TRIG_LIMIT: f32 = 1e5;
 
-/// The sine in f64, rounded once (what eager computes).
-extern "C" fn kiln_sinf(x: f32) -> f32 {
-    libm::sin(f64::from(x)) as f32
-}
-
-/// The cosine in f64, rounded once (what eager computes).
-extern "C" fn kiln_cosf(x: f32) -> f32 {
-    libm::cos(f64::from(x)) as f32
-}
-
 /// libm symbols the JIT module must know (registered with `JITBuilder::symbol` before the
 /// module is built).
 pub(crate) fn libm_symbols() -> Vec<(&'static str, *const u8)> {
-    vec![
-        (POWF, kiln_powf as *const u8),
-        (SINF, kiln_sinf as *const u8),
-        (COSF, kiln_cosf as *const u8),
-    ]
+    Libm::ALL
+        .iter()
+        .map(|l| {
+            let (name, _, ptr) = l.symbol();
+            (name, ptr)
+        })
+        .collect()
 }
 
 /// The length in vector instructions of `op` fitted to `range` (see `math/fitted.rs`), or
@@ -119,11 +195,8 @@ pub(crate) fn fitted_cost(op: UnaryOp, range: ValueRange) -> Option<usize> {
 pub(crate) struct Math {
     /// Whether the host has FMA: `mul_add` and the polynomials fuse when true.
     fma: bool,
-    /// `kiln_powf`, imported into the function.
-    powf: FuncRef,
-    /// `kiln_sinf` and `kiln_cosf`, for arguments past [`TRIG_LIMIT`].
-    sinf: FuncRef,
-    cosf: FuncRef,
+    /// The [`Libm`] routines, imported into the function (in [`Libm::ALL`] order).
+    calls: Vec<FuncRef>,
     /// The constant pool's base address in the function, once [`Math::set_pool`] is called.
     pool: Option<Value>,
 }
@@ -141,26 +214,46 @@ impl Math {
         func: &mut Function,
         fma: bool,
     ) -> Result<Math, ModuleError> {
-        let mut sig = module.make_signature();
-        sig.params.push(AbiParam::new(types::F32));
-        sig.params.push(AbiParam::new(types::F32));
-        sig.returns.push(AbiParam::new(types::F32));
-        let id = module.declare_function(POWF, Linkage::Import, &sig)?;
-        let powf = module.declare_func_in_func(id, func);
-        let mut sig1 = module.make_signature();
-        sig1.params.push(AbiParam::new(types::F32));
-        sig1.returns.push(AbiParam::new(types::F32));
-        let sid = module.declare_function(SINF, Linkage::Import, &sig1)?;
-        let cid = module.declare_function(COSF, Linkage::Import, &sig1)?;
-        let sinf = module.declare_func_in_func(sid, func);
-        let cosf = module.declare_func_in_func(cid, func);
+        let mut calls = Vec::with_capacity(Libm::ALL.len());
+        for l in Libm::ALL {
+            let (name, arity, _) = l.symbol();
+            let mut sig = module.make_signature();
+            for _ in 0..arity {
+                sig.params.push(AbiParam::new(types::F32));
+            }
+            sig.returns.push(AbiParam::new(types::F32));
+            let id = module.declare_function(name, Linkage::Import, &sig)?;
+            calls.push(module.declare_func_in_func(id, func));
+        }
         Ok(Math {
             fma,
-            powf,
-            sinf,
-            cosf,
+            calls,
             pool: None,
         })
+    }
+
+    /// `l` applied lane by lane to `args` (all of `x`'s type).
+    fn lanes(&self, e: &mut Em, l: Libm, args: &[Value]) -> Value {
+        let f = self.calls[Libm::ALL
+            .iter()
+            .position(|k| *k == l)
+            .expect("every routine")];
+        if !e.ty.is_vector() {
+            let call = e.b.ins().call(f, args);
+            return e.b.inst_results(call)[0];
+        }
+        let mut out = args[0];
+        for lane in 0..e.ty.lane_count() {
+            let lane = u8::try_from(lane).expect("a 128-bit vector has few lanes");
+            let scalars: Vec<Value> = args
+                .iter()
+                .map(|a| e.b.ins().extractlane(*a, lane))
+                .collect();
+            let call = e.b.ins().call(f, &scalars);
+            let r = e.b.inst_results(call)[0];
+            out = e.b.ins().insertlane(out, r, lane);
+        }
+        out
     }
 
     /// Vector constants become loads from the process-wide pool at `base` (a value
@@ -242,6 +335,88 @@ impl Math {
             UnaryOp::Gelu => erf::gelu(e, x),
             UnaryOp::GeluTanh => act::gelu_tanh(e, x),
             UnaryOp::Silu => act::silu(e, x, range),
+            UnaryOp::Floor => e.b.ins().floor(x),
+            UnaryOp::Ceil => e.b.ins().ceil(x),
+            UnaryOp::Round => e.b.ins().nearest(x),
+            UnaryOp::Trunc => e.b.ins().trunc(x),
+            UnaryOp::Sign => {
+                // 1 above 0, -1 below, else (0, -0, NaN) 0: torch's sign
+                let pos = e.cmpc(FloatCC::GreaterThan, x, 0.0);
+                let neg = e.cmpc(FloatCC::LessThan, x, 0.0);
+                let (one, minus_one, zero) = (e.c(1.0), e.c(-1.0), e.c(0.0));
+                let t = e.sel(neg, minus_one, zero);
+                e.sel(pos, one, t)
+            }
+            UnaryOp::Log1p => self.lanes(e, Libm::Log1p, &[x]),
+            UnaryOp::Expm1 => self.lanes(e, Libm::Expm1, &[x]),
+            UnaryOp::Log2 => self.lanes(e, Libm::Log2, &[x]),
+            UnaryOp::Exp2 => self.lanes(e, Libm::Exp2, &[x]),
+            UnaryOp::Tan => self.lanes(e, Libm::Tan, &[x]),
+            UnaryOp::Atan => self.lanes(e, Libm::Atan, &[x]),
+            // bool results: [`Math::bool_unary`]
+            UnaryOp::Isnan | UnaryOp::Isinf | UnaryOp::LogicalNot | UnaryOp::BitwiseNot => {
+                unreachable!("{} has a bool result", op.name())
+            }
+            // decomposed before lowering: the cpu backend does not render them
+            UnaryOp::Relu6 | UnaryOp::Hardswish | UnaryOp::Mish => {
+                unreachable!("{} is decomposed for the cpu backend", op.name())
+            }
+        }
+    }
+
+    /// The unary ops with a bool result, as masks; `x` is a float value, or a mask when
+    /// `x_bool`.
+    pub(crate) fn bool_unary(
+        &self,
+        b: &mut FunctionBuilder,
+        op: UnaryOp,
+        x: Value,
+        x_bool: bool,
+    ) -> Value {
+        if x_bool {
+            return match op {
+                UnaryOp::LogicalNot | UnaryOp::BitwiseNot => not_mask(b, x),
+                // a bool is never NaN nor infinite
+                _ => {
+                    let f = not_mask(b, x);
+                    b.ins().band(x, f)
+                }
+            };
+        }
+        let mut e = self.em(b, x);
+        match op {
+            UnaryOp::Isnan => e.cmp(FloatCC::Unordered, x, x),
+            UnaryOp::Isinf => {
+                let a = e.abs(x);
+                e.cmpc(FloatCC::Equal, a, f32::INFINITY)
+            }
+            UnaryOp::LogicalNot => e.cmpc(FloatCC::Equal, x, 0.0),
+            other => unreachable!("{} on a float value has no bool result", other.name()),
+        }
+    }
+
+    /// The logical and bitwise binary ops, as masks; each operand is a float value (its
+    /// truth: non-zero) or a mask.
+    pub(crate) fn bool_binary(
+        &self,
+        b: &mut FunctionBuilder,
+        op: BinaryOp,
+        (x, x_bool): (Value, bool),
+        (y, y_bool): (Value, bool),
+    ) -> Value {
+        let truth = |b: &mut FunctionBuilder, v: Value, is_bool: bool| {
+            if is_bool {
+                v
+            } else {
+                self.em(b, v).cmpc(FloatCC::NotEqual, v, 0.0)
+            }
+        };
+        let (x, y) = (truth(b, x, x_bool), truth(b, y, y_bool));
+        match op {
+            BinaryOp::LogicalAnd | BinaryOp::BitwiseAnd => b.ins().band(x, y),
+            BinaryOp::LogicalOr | BinaryOp::BitwiseOr => b.ins().bor(x, y),
+            BinaryOp::LogicalXor | BinaryOp::BitwiseXor => b.ins().bxor(x, y),
+            other => unreachable!("{} is not a logical op", other.name()),
         }
     }
 
@@ -280,12 +455,32 @@ impl Math {
                 let un = e.cmp(FloatCC::Unordered, x, y);
                 e.nan_if(un, mn)
             }
+            BinaryOp::Fmod => self.lanes(e, Libm::Fmod, &[x, y]),
+            BinaryOp::Remainder => {
+                // fmod, then `+ y` where the remainder is non-zero and its sign differs
+                // from y's (Python's `%`, as torch computes it)
+                let m = self.lanes(e, Libm::Fmod, &[x, y]);
+                let nonzero = e.cmpc(FloatCC::NotEqual, m, 0.0);
+                let y_neg = e.cmpc(FloatCC::LessThan, y, 0.0);
+                let m_neg = e.cmpc(FloatCC::LessThan, m, 0.0);
+                let differ = e.b.ins().bxor(y_neg, m_neg);
+                let fix = e.b.ins().band(nonzero, differ);
+                let shifted = e.add(m, y);
+                e.sel(fix, shifted, m)
+            }
+            BinaryOp::Atan2 => self.lanes(e, Libm::Atan2, &[x, y]),
             BinaryOp::Eq
             | BinaryOp::Ne
             | BinaryOp::Lt
             | BinaryOp::Le
             | BinaryOp::Gt
-            | BinaryOp::Ge => panic!("{} is a comparison, not a float op", op.name()),
+            | BinaryOp::Ge
+            | BinaryOp::LogicalAnd
+            | BinaryOp::LogicalOr
+            | BinaryOp::LogicalXor
+            | BinaryOp::BitwiseAnd
+            | BinaryOp::BitwiseOr
+            | BinaryOp::BitwiseXor => panic!("{} has a bool result, not a float op", op.name()),
         }
     }
 
@@ -306,21 +501,7 @@ impl Math {
         let out = e.b.append_block_param(join, e.ty);
         e.b.ins().brif(any, slow, &[], join, &[fast.into()]);
         e.b.switch_to_block(slow);
-        let f = if cos { self.cosf } else { self.sinf };
-        let exact = if e.ty.is_vector() {
-            let mut v = x;
-            for lane in 0..e.ty.lane_count() {
-                let lane = u8::try_from(lane).expect("a 128-bit vector has few lanes");
-                let xl = e.b.ins().extractlane(x, lane);
-                let call = e.b.ins().call(f, &[xl]);
-                let r = e.b.inst_results(call)[0];
-                v = e.b.ins().insertlane(v, r, lane);
-            }
-            v
-        } else {
-            let call = e.b.ins().call(f, &[x]);
-            e.b.inst_results(call)[0]
-        };
+        let exact = self.lanes(e, if cos { Libm::Cos } else { Libm::Sin }, &[x]);
         e.b.ins().jump(join, &[exact.into()]);
         e.b.switch_to_block(join);
         out
@@ -328,24 +509,7 @@ impl Math {
 
     /// `x^y` through `kiln_powf`, one call per lane.
     fn pow(&self, e: &mut Em, x: Value, y: Value) -> Value {
-        if !e.ty.is_vector() {
-            return self.powf_call(e, x, y);
-        }
-        let mut out = x;
-        for lane in 0..e.ty.lane_count() {
-            let lane = u8::try_from(lane).expect("a 128-bit vector has few lanes");
-            let xl = e.b.ins().extractlane(x, lane);
-            let yl = e.b.ins().extractlane(y, lane);
-            let r = self.powf_call(e, xl, yl);
-            out = e.b.ins().insertlane(out, r, lane);
-        }
-        out
-    }
-
-    /// One call of `kiln_powf` on scalars.
-    fn powf_call(&self, e: &mut Em, x: Value, y: Value) -> Value {
-        let call = e.b.ins().call(self.powf, &[x, y]);
-        e.b.inst_results(call)[0]
+        self.lanes(e, Libm::Pow, &[x, y])
     }
 
     /// `a*m + c`, fused when fma is on.
@@ -364,5 +528,14 @@ impl Math {
     )]
     pub(crate) fn constant(&self, b: &mut FunctionBuilder, like: Type, v: f32) -> Value {
         Em::new(b, like, self.fma, self.pool).c(v)
+    }
+}
+
+/// The negation of a mask (an `I8` 0/1 scalar or an all-ones/all-zeros `I32X4`).
+fn not_mask(b: &mut FunctionBuilder, m: Value) -> Value {
+    if b.func.dfg.value_type(m).is_vector() {
+        b.ins().bnot(m)
+    } else {
+        b.ins().bxor_imm_u(m, 1)
     }
 }

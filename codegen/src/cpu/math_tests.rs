@@ -897,7 +897,7 @@ fn mul_add_and_constant() {
 }
 
 #[test]
-#[should_panic(expected = "comparison")]
+#[should_panic(expected = "bool result")]
 fn comparisons_are_not_float_ops() {
     compile(TestOp::Binary(BinaryOp::Lt), false);
 }

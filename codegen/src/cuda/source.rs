@@ -542,6 +542,24 @@ fn unary(op: UnaryOp, x: &str) -> String {
         UnaryOp::Gelu => format!("kiln_gelu({x})"),
         UnaryOp::GeluTanh => format!("kiln_gelu_tanh({x})"),
         UnaryOp::Silu => format!("({x} / (1.0f + expf(-{x})))"),
+        UnaryOp::Floor => format!("floorf({x})"),
+        UnaryOp::Ceil => format!("ceilf({x})"),
+        UnaryOp::Round => format!("rintf({x})"),
+        UnaryOp::Trunc => format!("truncf({x})"),
+        UnaryOp::Sign => format!("({x} > 0.0f ? 1.0f : ({x} < 0.0f ? -1.0f : 0.0f))"),
+        UnaryOp::Log1p => format!("log1pf({x})"),
+        UnaryOp::Expm1 => format!("expm1f({x})"),
+        UnaryOp::Log2 => format!("log2f({x})"),
+        UnaryOp::Exp2 => format!("exp2f({x})"),
+        UnaryOp::Tan => format!("tanf({x})"),
+        UnaryOp::Atan => format!("atanf({x})"),
+        // a bool operand is never NaN nor infinite; `!` is the truth test of either type
+        UnaryOp::Isnan => format!("kiln_isnan({x})"),
+        UnaryOp::Isinf => format!("kiln_isinf({x})"),
+        UnaryOp::LogicalNot | UnaryOp::BitwiseNot => format!("(!{x})"),
+        UnaryOp::Relu6 => format!("kiln_min(kiln_max({x}, 0.0f), 6.0f)"),
+        UnaryOp::Hardswish => format!("({x} * kiln_min(kiln_max({x} + 3.0f, 0.0f), 6.0f) / 6.0f)"),
+        UnaryOp::Mish => format!("({x} * tanhf({x} > 20.0f ? {x} : log1pf(expf({x}))))"),
     }
 }
 
@@ -560,6 +578,16 @@ fn binary(op: BinaryOp, x: &str, y: &str) -> String {
         BinaryOp::Le => format!("({x} <= {y})"),
         BinaryOp::Gt => format!("({x} > {y})"),
         BinaryOp::Ge => format!("({x} >= {y})"),
+        BinaryOp::Remainder => format!("kiln_remainder({x}, {y})"),
+        BinaryOp::Fmod => format!("fmodf({x}, {y})"),
+        BinaryOp::Atan2 => format!("atan2f({x}, {y})"),
+        BinaryOp::LogicalAnd => format!("(({x} != 0) && ({y} != 0))"),
+        BinaryOp::LogicalOr => format!("(({x} != 0) || ({y} != 0))"),
+        BinaryOp::LogicalXor => format!("(({x} != 0) != ({y} != 0))"),
+        // on bools (the loop form has no integer values)
+        BinaryOp::BitwiseAnd => format!("({x} && {y})"),
+        BinaryOp::BitwiseOr => format!("({x} || {y})"),
+        BinaryOp::BitwiseXor => format!("({x} != {y})"),
     }
 }
 
@@ -618,6 +646,15 @@ __device__ __forceinline__ float kiln_max(float x, float y) {
 }
 __device__ __forceinline__ float kiln_min(float x, float y) {
     return (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y);
+}
+__device__ __forceinline__ bool kiln_isnan(float x) { return isnan(x); }
+__device__ __forceinline__ bool kiln_isnan(bool x) { return false; }
+__device__ __forceinline__ bool kiln_isinf(float x) { return isinf(x); }
+__device__ __forceinline__ bool kiln_isinf(bool x) { return false; }
+__device__ __forceinline__ float kiln_remainder(float x, float y) {
+    // fmod, then + y where the remainder's sign differs from y's (Python's `%`, as torch)
+    float m = fmodf(x, y);
+    return (m != 0.0f && ((y < 0.0f) != (m < 0.0f))) ? m + y : m;
 }
 __device__ __forceinline__ float kiln_gelu(float x) {
     return x * normcdff(x);

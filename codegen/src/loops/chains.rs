@@ -11,7 +11,7 @@
 //! five `sigmoid`, the adds and multiplies between them) are one smooth function of it.
 
 use super::{Expr, ScalarType, Stmt, Store, ValueId, ValueRange};
-use kiln_ir::{BinaryOp, UnaryOp};
+use kiln_ir::{BinaryOp, CostClass, DTypeRule, UnaryOp};
 
 /// One step of a chain, applied to the value before it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -34,12 +34,14 @@ impl ChainStep {
         }
     }
 
-    /// True for a step that costs about one instruction (`neg`, `+ − ×` with a constant).
+    /// True for a step that costs about one instruction (`neg`, `+ − ×` with a constant):
+    /// its op's cost class in the table is [`CostClass::Trivial`].
     pub fn is_cheap(self) -> bool {
-        match self {
-            ChainStep::Unary(op) => op == UnaryOp::Neg,
-            ChainStep::Right(op, _) | ChainStep::Left(op, _) => op != BinaryOp::Div,
-        }
+        let cost = match self {
+            ChainStep::Unary(op) => op.info().cost,
+            ChainStep::Right(op, _) | ChainStep::Left(op, _) => op.info().cost,
+        };
+        cost == CostClass::Trivial
     }
 }
 
@@ -66,11 +68,16 @@ pub fn eval_chain(steps: &[ChainStep], x: f64) -> f64 {
     steps.iter().fold(x, |v, s| s.eval_f64(v))
 }
 
-/// Ops that are smooth (analytic) wherever they are finite: the ones a polynomial can follow
-/// on an interval that avoids their poles and branch points. `abs`, `relu` and comparisons
-/// are not (a polynomial would round their corners).
+/// Ops that are smooth (analytic) wherever they are finite, as the table says: the ones a
+/// polynomial can follow on an interval that avoids their poles and branch points. `abs`,
+/// `relu` and comparisons are not (a polynomial would round their corners).
 fn smooth(op: UnaryOp) -> bool {
-    !matches!(op, UnaryOp::Abs | UnaryOp::Relu)
+    op.info().smooth
+}
+
+/// A binary op that is a chain step with a constant operand: smooth, with a float result.
+fn smooth_binary(op: BinaryOp) -> bool {
+    op.info().smooth && op.info().dtype != DTypeRule::Bool
 }
 
 /// The step `v` computes and the value it applies it to, if `v` is a point f32 statement of
@@ -87,11 +94,7 @@ fn step_of(body: &[Stmt], v: ValueId) -> Option<(ValueId, ChainStep)> {
     let f32_value = |x: ValueId| body[x].ty == ScalarType::F32 && konst(x).is_none();
     match s.expr {
         Expr::Unary(op, x) if smooth(op) && f32_value(x) => Some((x, ChainStep::Unary(op))),
-        Expr::Binary(
-            op @ (BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div),
-            x,
-            y,
-        ) => match (konst(x), konst(y)) {
+        Expr::Binary(op, x, y) if smooth_binary(op) => match (konst(x), konst(y)) {
             (None, Some(c)) if f32_value(x) => Some((x, ChainStep::Right(op, c))),
             (Some(c), None) if f32_value(y) => Some((y, ChainStep::Left(op, c))),
             _ => None,

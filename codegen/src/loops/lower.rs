@@ -11,7 +11,7 @@
 use super::phases::{plan_phases, reuse_expensive};
 use super::row_divisors::reciprocal_row_divisors;
 use super::{Buffer, Expr, LoopNest, Role, ScalarType, Stmt, Store, ValueId};
-use kiln_ir::{Arg, BinaryOp, DType, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use kiln_ir::{Arg, BinaryOp, DType, DTypeRule, Dim, Graph, NodeId, Op, ReduceOp};
 use std::collections::HashMap;
 
 /// Why a kernel is not lowered to a loop nest (it then runs on the eager kernels).
@@ -276,11 +276,23 @@ impl<'g> Lowering<'g> {
         for (id, n) in self.g.nodes() {
             let dt = n.ty.dtype;
             let float = |t: DType| is_float(t, self.half);
+            // the table's dtype rule says which ops give bools (comparisons, `isnan`,
+            // logical ops) and which take only bools here (bitwise ops: the loop form has
+            // no integer values)
+            let rule = match &n.op {
+                Op::Unary(u) => Some(u.info().dtype),
+                Op::Binary(b) => Some(b.info().dtype),
+                _ => None,
+            };
+            let comparison = matches!(&n.op, Op::Binary(b) if b.is_comparison());
             let ok = match &n.op {
                 Op::Input => float(dt) || dt == DType::Bool,
-                Op::Full { .. } | Op::Unary(_) | Op::Reduce { .. } => float(dt),
-                Op::Binary(b) if b.is_comparison() => dt == DType::Bool,
-                Op::Binary(_) | Op::Where => float(dt),
+                Op::Full { .. } | Op::Reduce { .. } => float(dt),
+                Op::Unary(_) | Op::Binary(_) => match rule {
+                    Some(DTypeRule::Bool | DTypeRule::Integral) => dt == DType::Bool,
+                    _ => float(dt),
+                },
+                Op::Where => float(dt),
                 // a cast to a half type is the rounding its store does when the kernel only
                 // stores it (a decomposed f16 layer norm ends so); used inside the nest, it
                 // would need a rounding step of its own
@@ -302,6 +314,10 @@ impl<'g> Lowering<'g> {
                     match (&n.op, i) {
                         (Op::Where, 0) => t == DType::Bool,
                         (Op::Cast { .. }, _) => float(t) || t == DType::Bool,
+                        _ if rule == Some(DTypeRule::Integral) => t == DType::Bool,
+                        _ if rule == Some(DTypeRule::Bool) && !comparison => {
+                            float(t) || t == DType::Bool
+                        }
                         _ => float(t),
                     }
                 }
@@ -320,9 +336,6 @@ impl<'g> Lowering<'g> {
                     "output {} is of dtype {dt}, which the loop form does not store",
                     self.name(id)
                 ));
-            }
-            if let Op::Unary(u) = n.op {
-                debug_assert!(UnaryOp::ALL.contains(&u));
             }
         }
         Ok(())

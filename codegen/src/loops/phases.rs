@@ -127,12 +127,12 @@ fn operand_of(body: &[Stmt], r: ValueId) -> ValueId {
     }
 }
 
-/// True for instructions worth storing rather than computing twice (transcendentals).
+/// True for instructions worth storing rather than computing twice (transcendentals and
+/// library calls, by their cost class in the table).
 fn expensive(e: &Expr) -> bool {
-    use kiln_ir::UnaryOp::*;
     match e {
-        Expr::Unary(u, _) => !matches!(u, Neg | Abs | Relu | Sqrt | Recip | Rsqrt),
-        Expr::Binary(kiln_ir::BinaryOp::Pow, ..) => true,
+        Expr::Unary(u, _) => u.info().cost.is_expensive(),
+        Expr::Binary(b, ..) => b.info().cost.is_expensive(),
         _ => false,
     }
 }

@@ -11,73 +11,8 @@
 //! approximations of the transcendentals too.
 
 use super::{Expr, ScalarType, Stmt, ValueId};
-use kiln_ir::{BinaryOp, ReduceOp, UnaryOp};
-
-/// The values a body value may take: every value lies in `[lo, hi]`, or is NaN when `nan`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ValueRange {
-    /// a lower bound (may be `-inf`)
-    pub lo: f64,
-    /// an upper bound (may be `+inf`)
-    pub hi: f64,
-    /// whether the value may be NaN
-    pub nan: bool,
-}
-
-impl ValueRange {
-    /// Any float, NaN included: what nothing is known of.
-    pub const ANY: ValueRange = ValueRange {
-        lo: f64::NEG_INFINITY,
-        hi: f64::INFINITY,
-        nan: true,
-    };
-
-    /// `[lo, hi]`, NaN when `nan`; an interval with a NaN bound is [`ValueRange::ANY`].
-    pub fn new(lo: f64, hi: f64, nan: bool) -> ValueRange {
-        if lo.is_nan() || hi.is_nan() || lo > hi {
-            return ValueRange::ANY;
-        }
-        ValueRange { lo, hi, nan }
-    }
-
-    /// The interval grown by a relative 2^-16 and an absolute 2^-100 on each side: room
-    /// for f32 rounding and for the approximations' errors (far smaller), so that a bound
-    /// computed in f64 from the exact function also holds for the generated code.
-    pub fn widened(self) -> ValueRange {
-        let grow = |b: f64| b.abs() * (1.0 / 65536.0) + 1e-30;
-        let lo = if self.lo.is_finite() {
-            self.lo - grow(self.lo)
-        } else {
-            self.lo
-        };
-        let hi = if self.hi.is_finite() {
-            self.hi + grow(self.hi)
-        } else {
-            self.hi
-        };
-        ValueRange { lo, hi, ..self }
-    }
-
-    /// True when every value is finite (no NaN, no infinity).
-    pub fn is_finite(&self) -> bool {
-        !self.nan && self.lo.is_finite() && self.hi.is_finite()
-    }
-
-    /// Whether the value may be `+inf` or `-inf`.
-    fn may_be_infinite(&self) -> bool {
-        self.lo == f64::NEG_INFINITY || self.hi == f64::INFINITY
-    }
-
-    /// The smallest interval holding both.
-    fn hull(a: ValueRange, b: ValueRange) -> ValueRange {
-        ValueRange::new(a.lo.min(b.lo), a.hi.max(b.hi), a.nan || b.nan)
-    }
-
-    /// `f` applied to both bounds of a non-decreasing `f`.
-    fn monotone(self, f: impl Fn(f64) -> f64) -> ValueRange {
-        ValueRange::new(f(self.lo), f(self.hi), self.nan).widened()
-    }
-}
+pub use kiln_ir::ValueRange;
+use kiln_ir::{BinaryOp, RangeRule, ReduceOp, UnaryOp};
 
 /// The range of every body value (Bool values get [`ValueRange::ANY`]).
 pub fn value_ranges(body: &[Stmt]) -> Vec<ValueRange> {
@@ -132,60 +67,19 @@ fn reduce(op: ReduceOp, x: ValueRange) -> ValueRange {
     }
 }
 
+/// The range of `op(x)`, by the op's rule in the table.
 fn unary(op: UnaryOp, x: ValueRange) -> ValueRange {
-    use UnaryOp::*;
-    match op {
-        Neg => ValueRange::new(-x.hi, -x.lo, x.nan),
-        Abs => {
-            if x.lo >= 0.0 {
-                x
-            } else if x.hi <= 0.0 {
-                ValueRange::new(-x.hi, -x.lo, x.nan)
-            } else {
-                ValueRange::new(0.0, x.hi.max(-x.lo), x.nan)
-            }
-        }
-        Relu => ValueRange::new(x.lo.max(0.0), x.hi.max(0.0), x.nan),
-        Exp => x.monotone(f64::exp).clamped(0.0, f64::INFINITY),
-        Tanh => x.monotone(f64::tanh).clamped(-1.0, 1.0),
-        Sigmoid => x.monotone(|t| 1.0 / (1.0 + (-t).exp())).clamped(0.0, 1.0),
-        // |erf|, |sin| and |cos| are at most 1; sin and cos of ±inf are NaN
-        Erf => ValueRange::new(-1.0, 1.0, x.nan),
-        Sin | Cos => ValueRange::new(-1.0, 1.0, x.nan || x.may_be_infinite()),
-        _ => ValueRange::ANY,
+    match op.info().range {
+        RangeRule::Unary(f) => f(x),
+        RangeRule::Binary(_) | RangeRule::NotFloat | RangeRule::None => ValueRange::ANY,
     }
 }
 
-impl ValueRange {
-    /// The interval intersected with `[lo, hi]` (the function's own range).
-    fn clamped(self, lo: f64, hi: f64) -> ValueRange {
-        ValueRange::new(self.lo.max(lo), self.hi.min(hi), self.nan)
-    }
-}
-
+/// The range of `x op y`, by the op's rule in the table.
 fn binary(op: BinaryOp, x: ValueRange, y: ValueRange) -> ValueRange {
-    let nan = x.nan || y.nan;
-    match op {
-        BinaryOp::Add => {
-            // inf + -inf is NaN
-            let opposite = (x.lo == f64::NEG_INFINITY && y.hi == f64::INFINITY)
-                || (x.hi == f64::INFINITY && y.lo == f64::NEG_INFINITY);
-            ValueRange::new(x.lo + y.lo, x.hi + y.hi, nan || opposite).widened()
-        }
-        BinaryOp::Sub => binary(BinaryOp::Add, x, unary(UnaryOp::Neg, y)),
-        BinaryOp::Mul => {
-            let p = [x.lo * y.lo, x.lo * y.hi, x.hi * y.lo, x.hi * y.hi];
-            if p.iter().any(|v| v.is_nan()) {
-                // 0 · inf is possible
-                return ValueRange::ANY;
-            }
-            let lo = p.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            ValueRange::new(lo, hi, nan).widened()
-        }
-        BinaryOp::Maximum => ValueRange::new(x.lo.max(y.lo), x.hi.max(y.hi), nan),
-        BinaryOp::Minimum => ValueRange::new(x.lo.min(y.lo), x.hi.min(y.hi), nan),
-        _ => ValueRange::ANY,
+    match op.info().range {
+        RangeRule::Binary(f) => f(x, y),
+        RangeRule::Unary(_) | RangeRule::NotFloat | RangeRule::None => ValueRange::ANY,
     }
 }
 

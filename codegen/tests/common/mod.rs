@@ -22,7 +22,7 @@ graph @unary_domain(%x: f32[37]) -> (f32[37], f32[37], f32[37], f32[37], f32[37]
   %0 = log %b : f32[37]
   %1 = sqrt %b : f32[37]
   %2 = rsqrt %b : f32[37]
-  %3 = recip %b : f32[37]
+  %3 = reciprocal %b : f32[37]
   %4 = erf %x : f32[37]
   return %0, %1, %2, %3, %4
 }
@@ -57,8 +57,8 @@ graph @broadcast(%x: f32[6,1,5], %y: f32[7,1], %s: f32[1]) -> f32[6,7,5] {
 graph @reductions(%x: f32[7,300]) -> (f32[7], f32[7,1], f32[7], f32[7]) {
   %0 = sum %x {dims = [1], keepdim = false} : f32[7]
   %1 = mean %x {dims = [1], keepdim = true} : f32[7,1]
-  %2 = max %x {dims = [1], keepdim = false} : f32[7]
-  %3 = min %x {dims = [1], keepdim = false} : f32[7]
+  %2 = amax %x {dims = [1], keepdim = false} : f32[7]
+  %3 = amin %x {dims = [1], keepdim = false} : f32[7]
   return %0, %1, %2, %3
 }
 graph @row_of_one(%x: f32[4,1]) -> f32[4] {

@@ -452,13 +452,19 @@ fn compute(op: &Op, args: &[Operand<'_>], out: &Out) -> Result<Value, Fail> {
     match op {
         Op::Input => Err("an input is not computed; pass it to `eval`".into()),
         Op::Full { value, .. } => Ok(pointwise::full(*value, out)),
-        Op::Arange { start, step, .. } => Ok(pointwise::arange(*start, *step, out)),
+        Op::Arange { start, step, .. } => Ok(pointwise::arange(start.get(), step.get(), out)),
         Op::Rand { seed, .. } => Ok(pointwise::random(*seed, false, out)),
         Op::Randn { seed, .. } => Ok(pointwise::random(*seed, true, out)),
-        Op::FromVec { values, .. } => Ok(out.finish(values.clone())),
+        Op::FromVec { values, .. } => Ok(out.finish(values.values().to_vec())),
         Op::Unary(u) => Ok(pointwise::unary(*u, tensor(args, 0)?, out)),
-        Op::Binary(b) => Ok(pointwise::binary(*b, args[0], args[1], out)),
+        Op::Binary(b) => pointwise::binary(*b, args[0], args[1], out),
         Op::Where => Ok(pointwise::select(args, out)),
+        Op::Clamp => Ok(pointwise::ternary(op, args, out)),
+        Op::Hardtanh { .. }
+        | Op::LeakyRelu { .. }
+        | Op::Elu { .. }
+        | Op::Softplus { .. }
+        | Op::NanToNum { .. } => Ok(pointwise::unary_attrs(op, tensor(args, 0)?, out)),
         Op::Cast { .. } => Ok(out.finish(tensor(args, 0)?.data.clone())),
         Op::Contiguous => Ok(tensor(args, 0)?.clone()),
         Op::Inplace(i) => pointwise::inplace(*i, args, out),
@@ -469,8 +475,8 @@ fn compute(op: &Op, args: &[Operand<'_>], out: &Out) -> Result<Value, Fail> {
         } => Ok(reduce::var(tensor(args, 0)?, dims, *correction, out)),
         Op::Softmax { dim } => Ok(reduce::softmax(tensor(args, 0)?, *dim, false, out)),
         Op::LogSoftmax { dim } => Ok(reduce::softmax(tensor(args, 0)?, *dim, true, out)),
-        Op::LayerNorm { ndim, eps } => reduce::layer_norm(args, *ndim, *eps, out),
-        Op::RmsNorm { ndim, eps } => reduce::rms_norm(args, *ndim, *eps, out),
+        Op::LayerNorm { ndim, eps } => reduce::layer_norm(args, *ndim, eps.get(), out),
+        Op::RmsNorm { ndim, eps } => reduce::rms_norm(args, *ndim, eps.get(), out),
         Op::Linear => layout::linear(args, out),
         Op::Matmul => Ok(layout::matmul(tensor(args, 0)?, tensor(args, 1)?, out)),
         Op::Reshape { .. } => Ok(out.finish(tensor(args, 0)?.data.clone())),

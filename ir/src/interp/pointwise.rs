@@ -2,7 +2,8 @@
 
 use super::index::{broadcast_strides, for_each_offsets};
 use super::{tensor, Fail, Operand, Out, Value};
-use crate::{result_type, rng, BinaryOp, InplaceOp, Scalar, UnaryOp};
+use crate::ops::Reference;
+use crate::{result_type, rng, BinaryOp, DType, DTypeRule, InplaceOp, Op, Scalar, UnaryOp};
 use std::borrow::Cow;
 
 /// An operand read with broadcasting into the output shape: its data (a scalar becomes a
@@ -26,28 +27,91 @@ fn bcast<'a>(a: Operand<'a>, out: &[usize]) -> Bcast<'a> {
 }
 
 /// `op(x)`: the operand is converted to the result dtype (int to float for exp, ...),
-/// computed in f64 and rounded.
+/// computed in f64 and rounded; ops with a bool result (`isnan`) read it as it is.
 pub(crate) fn unary(op: UnaryOp, x: &Value, out: &Out) -> Value {
     let d = out.dtype;
+    let keep_input = op.info().dtype == DTypeRule::Bool;
     out.finish(
         x.data
             .iter()
-            .map(|&v| d.wrap_f64(op.eval_f64(d.round_f64(v))))
+            .map(|&v| {
+                let v = if keep_input { v } else { d.round_f64(v) };
+                let y = if op == UnaryOp::BitwiseNot && d == DType::Bool {
+                    // `~` on bools is logical not
+                    (v == 0.0) as u8 as f64
+                } else {
+                    op.eval_f64(v)
+                };
+                d.wrap_f64(y)
+            })
             .collect(),
     )
 }
 
+/// An attributed pointwise op (`leaky_relu`, ...) through its table reference.
+pub(crate) fn unary_attrs(op: &Op, x: &Value, out: &Out) -> Value {
+    let d = out.dtype;
+    let f = match op.info().reference {
+        Reference::UnaryAttrs(f) => f,
+        _ => return out.finish(vec![f64::NAN; out.numel()]),
+    };
+    out.finish(
+        x.data
+            .iter()
+            .map(|&v| d.wrap_f64(f(op, d.round_f64(v))))
+            .collect(),
+    )
+}
+
+/// A three-operand pointwise op (`clamp`) through its table reference, operands rounded
+/// to the result dtype and broadcast.
+pub(crate) fn ternary(op: &Op, args: &[Operand<'_>], out: &Out) -> Value {
+    let Reference::Ternary(f) = op.info().reference else {
+        return out.finish(vec![f64::NAN; out.numel()]);
+    };
+    let d = out.dtype;
+    let (a, b, c) = (
+        bcast(args[0], &out.shape),
+        bcast(args[1], &out.shape),
+        bcast(args[2], &out.shape),
+    );
+    let mut data = Vec::with_capacity(out.numel());
+    for_each_offsets(
+        &out.shape,
+        [&a.strides, &b.strides, &c.strides],
+        |[i, j, k]| {
+            let y = f(
+                d.round_f64(a.data[i]),
+                d.round_f64(b.data[j]),
+                d.round_f64(c.data[k]),
+            );
+            data.push(d.wrap_f64(y));
+        },
+    );
+    out.finish(data)
+}
+
 /// `a op b` with broadcasting; both operands are rounded to the promoted dtype first
-/// (comparisons compare in it too).
-pub(crate) fn binary(op: BinaryOp, a: Operand<'_>, b: Operand<'_>, out: &Out) -> Value {
+/// (comparisons compare in it too). Integer `remainder` and `fmod` by zero are errors, as
+/// in PyTorch.
+pub(crate) fn binary(
+    op: BinaryOp,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    out: &Out,
+) -> Result<Value, super::Fail> {
     let common = result_type(&[a.arg_type(), b.arg_type()]);
     let (x, y) = (bcast(a, &out.shape), bcast(b, &out.shape));
+    let int_division = matches!(op, BinaryOp::Remainder | BinaryOp::Fmod) && !common.is_float();
+    if int_division && y.data.iter().any(|&v| common.round_f64(v) == 0.0) {
+        return Err(format!("{}: integer division by zero", op.name()));
+    }
     let mut data = Vec::with_capacity(out.numel());
     for_each_offsets(&out.shape, [&x.strides, &y.strides], |[i, j]| {
         let v = op.eval_f64(common.round_f64(x.data[i]), common.round_f64(y.data[j]));
         data.push(out.dtype.wrap_f64(v));
     });
-    out.finish(data)
+    Ok(out.finish(data))
 }
 
 /// `where(cond, a, b)` with broadcasting over all three operands.
@@ -103,7 +167,7 @@ pub(crate) fn inplace(op: InplaceOp, args: &[Operand<'_>], out: &Out) -> Result<
                 dtype: common,
                 shape: out.shape.clone(),
             };
-            let r = binary(b, Operand::Tensor(dst), args[1], &promoted);
+            let r = binary(b, Operand::Tensor(dst), args[1], &promoted)?;
             Ok(out.finish(r.data))
         }
     }

@@ -288,16 +288,24 @@ fn read_line(p: &mut Parser) -> PResult<Line> {
 /// The op and operands of a line, with errors at the op, the operand or the attribute
 /// they are about.
 fn resolve(b: &Builder, line: &Line) -> PResult<(Op, Vec<Arg>)> {
-    let op = Op::from_parts(&line.op_name, &line.attrs.items);
-    if let Err(e @ OpParseError::UnknownOp(_)) = &op {
-        return Err(ParseError::new(line.op_pos, e.to_string()));
-    }
     let mut args = Vec::with_capacity(line.operands.len());
     for (o, pos) in &line.operands {
         args.push(match o {
             Operand::Value(v) => Arg::Value(b.lookup(v, *pos)?),
             Operand::Scalar(s) => Arg::Scalar(*s),
         });
+    }
+    // the operands' types, for the defaults that depend on them (`layer_norm`'s `ndim`)
+    let types: Vec<crate::ArgType> = args
+        .iter()
+        .map(|a| match a {
+            Arg::Value(v) => crate::ArgType::Tensor(b.g.node(*v).ty.clone()),
+            Arg::Scalar(s) => crate::ArgType::Scalar(*s),
+        })
+        .collect();
+    let op = Op::from_parts_with(&line.op_name, &line.attrs.items, &types);
+    if let Err(e @ OpParseError::UnknownOp(_)) = &op {
+        return Err(ParseError::new(line.op_pos, e.to_string()));
     }
     let attr_pos = |name: &str| {
         let items = &line.attrs.items;

@@ -387,9 +387,15 @@ impl Cx<'_> {
             args.push(Arg::Value(self.node_where(|u| *u == param)?));
         }
         let op = if layer {
-            Op::LayerNorm { ndim, eps }
+            Op::LayerNorm {
+                ndim,
+                eps: eps.into(),
+            }
         } else {
-            Op::RmsNorm { ndim, eps }
+            Op::RmsNorm {
+                ndim,
+                eps: eps.into(),
+            }
         };
         Some((op, args))
     }
@@ -458,9 +464,9 @@ impl Cx<'_> {
                 let step = [1.0, 0.5, -1.0, 2.0][self.c.next(4)];
                 let end = start + step * self.c.next(6) as f64;
                 Op::Arange {
-                    start,
-                    end,
-                    step,
+                    start: start.into(),
+                    end: end.into(),
+                    step: step.into(),
                     dtype,
                 }
             }
@@ -477,7 +483,8 @@ impl Cx<'_> {
             _ => {
                 let shape = Shape::of(&[1 + self.c.next(3), 1 + self.c.next(3)]);
                 let n = shape.numel().unwrap_or(0);
-                let values = (0..n).map(|_| self.scalar().to_f64()).collect();
+                let values =
+                    kiln_ir::Constant::new((0..n).map(|_| self.scalar().to_f64()).collect());
                 Op::FromVec {
                     values,
                     shape,

@@ -76,7 +76,7 @@ pub(crate) fn run(
                     common,
                     dst.shape(),
                     common,
-                );
+                )?;
                 let src = tmp.to_dtype(dt);
                 with_dtype!(dt, T => update::<T>(dst, &src, |_, s| s));
             }

@@ -7,7 +7,18 @@ use crate::error::RuntimeError;
 use crate::iter::{map1, map2, map3, GRAIN_CHEAP, GRAIN_COSTLY};
 use crate::tensor::CpuTensor;
 use crate::EagerArg;
-use kiln_ir::{BinaryOp, DType, Scalar, UnaryOp};
+use kiln_ir::{BinaryOp, CostClass, DType, DTypeRule, Op, Reference, Scalar, UnaryOp};
+
+/// The parallel grain of an op: elements per chunk, from its cost class in the op table
+/// (cheap ops need larger chunks to pay for a thread).
+fn grain(cost: CostClass) -> usize {
+    match cost {
+        CostClass::Trivial | CostClass::Cheap | CostClass::Moderate | CostClass::Data => {
+            GRAIN_CHEAP
+        }
+        CostClass::Transcendental | CostClass::Libm => GRAIN_COSTLY,
+    }
+}
 
 /// An operand converted to `dtype`: tensors by a cast (if needed), scalars as 0-d tensors.
 pub(crate) fn operand(arg: &EagerArg<'_>, dtype: DType) -> CpuTensor {
@@ -67,8 +78,12 @@ fn scalar_of(o: &Opnd) -> Scalar {
     }
 }
 
-/// `op(x)` with result dtype `out`.
+/// `op(x)` with result dtype `out`. Ops with a bool result (`isnan`, `logical_not`) read
+/// the operand in its own dtype; the others convert it to `out` first.
 pub(crate) fn unary(op: UnaryOp, x: &CpuTensor, out: DType) -> Result<CpuTensor, RuntimeError> {
+    if op.info().dtype == DTypeRule::Bool {
+        return Ok(bool_unary(op, x));
+    }
     let x = x.to_dtype(out);
     Ok(match out {
         DType::F32 => float_unary::<f32>(op, &x),
@@ -77,6 +92,7 @@ pub(crate) fn unary(op: UnaryOp, x: &CpuTensor, out: DType) -> Result<CpuTensor,
         DType::BF16 => float_unary::<half::bf16>(op, &x),
         DType::I32 => int_unary::<i32>(op, &x),
         DType::I64 => int_unary::<i64>(op, &x),
+        DType::Bool if op == UnaryOp::BitwiseNot => map1::<bool, bool>(&x, GRAIN_CHEAP, |a| !a),
         DType::Bool => {
             return Err(RuntimeError::unsupported(
                 op.name(),
@@ -85,6 +101,33 @@ pub(crate) fn unary(op: UnaryOp, x: &CpuTensor, out: DType) -> Result<CpuTensor,
             ))
         }
     })
+}
+
+/// The unary ops with a bool result, on an operand of any dtype.
+fn bool_unary(op: UnaryOp, x: &CpuTensor) -> CpuTensor {
+    macro_rules! test {
+        (|$v:ident: $T:ty| $e:expr) => {
+            map1::<$T, bool>(x, GRAIN_CHEAP, |$v: $T| $e)
+        };
+    }
+    macro_rules! by_dtype {
+        ($float:ident, $any:expr) => {
+            match x.dtype() {
+                DType::F32 => test!(|v: f32| v.$float()),
+                DType::F64 => test!(|v: f64| v.$float()),
+                DType::F16 => test!(|v: half::f16| v.$float()),
+                DType::BF16 => test!(|v: half::bf16| v.$float()),
+                _ => $any,
+            }
+        };
+    }
+    let falses = || super::create::full(x.shape(), Scalar::Bool(false), DType::Bool);
+    match op {
+        UnaryOp::Isnan => by_dtype!(is_nan, falses()),
+        UnaryOp::Isinf => by_dtype!(is_infinite, falses()),
+        UnaryOp::LogicalNot => map1::<bool, bool>(&x.to_dtype(DType::Bool), GRAIN_CHEAP, |a| !a),
+        other => unreachable!("{} has no bool result", other.name()),
+    }
 }
 
 /// Gelu (erf form) computed in f64: avoids the cancellation in `1 + erf(x)` for x ≪ 0.
@@ -102,6 +145,7 @@ fn gelu_tanh_f64(x: f64) -> f64 {
 
 fn float_unary<T: FloatKern>(op: UnaryOp, x: &CpuTensor) -> CpuTensor {
     use UnaryOp::*;
+    let g = grain(op.info().cost);
     let one = <T::C as CFloat>::ONE;
     let zero = <T::C as CFloat>::ZERO;
     macro_rules! go {
@@ -112,43 +156,98 @@ fn float_unary<T: FloatKern>(op: UnaryOp, x: &CpuTensor) -> CpuTensor {
             })
         };
     }
+    // the ops computed by their f64 reference, rounded once
+    let reference = |grain| {
+        map1::<T, T>(x, grain, |a: T| {
+            T::down(<T::C as CFloat>::of(op.eval_f64(a.up().f64())))
+        })
+    };
     match op {
-        Neg => go!(GRAIN_CHEAP, |v| -v),
-        Abs => go!(GRAIN_CHEAP, |v| v.abs()),
-        Exp => go!(GRAIN_COSTLY, |v| v.exp()),
-        Log => go!(GRAIN_COSTLY, |v| v.ln()),
-        Sqrt => go!(GRAIN_CHEAP, |v| v.sqrt()),
-        Rsqrt => go!(GRAIN_CHEAP, |v| one / v.sqrt()),
-        Recip => go!(GRAIN_CHEAP, |v| one / v),
-        Sin => go!(GRAIN_COSTLY, |v| v.sin()),
-        Cos => go!(GRAIN_COSTLY, |v| v.cos()),
-        Tanh => go!(GRAIN_COSTLY, |v| v.tanh()),
-        Erf => go!(GRAIN_COSTLY, |v| v.erf()),
-        Sigmoid => go!(GRAIN_COSTLY, |v| one / (one + (-v).exp())),
-        Relu => go!(GRAIN_CHEAP, |v| if v > zero || v.is_nan() {
-            v
+        Neg => go!(g, |v| -v),
+        Abs => go!(g, |v| v.abs()),
+        Exp => go!(g, |v| v.exp()),
+        Log => go!(g, |v| v.ln()),
+        Sqrt => go!(g, |v| v.sqrt()),
+        Rsqrt => go!(g, |v| one / v.sqrt()),
+        Recip => go!(g, |v| one / v),
+        Sin => go!(g, |v| v.sin()),
+        Cos => go!(g, |v| v.cos()),
+        Tanh => go!(g, |v| v.tanh()),
+        Erf => go!(g, |v| v.erf()),
+        Sigmoid => go!(g, |v| one / (one + (-v).exp())),
+        Relu => go!(g, |v| if v > zero || v.is_nan() { v } else { zero }),
+        Gelu => go!(g, |v| <T::C as CFloat>::of(gelu_f64(v.f64()))),
+        GeluTanh => go!(g, |v| <T::C as CFloat>::of(gelu_tanh_f64(v.f64()))),
+        Silu => go!(g, |v| v / (one + (-v).exp())),
+        Floor => go!(g, |v| v.floor()),
+        Ceil => go!(g, |v| v.ceil()),
+        Round => go!(g, |v| v.round_even()),
+        Trunc => go!(g, |v| v.trunc()),
+        Sign => go!(g, |v| if v > zero {
+            one
+        } else if v < zero {
+            -one
         } else {
             zero
         }),
-        Gelu => go!(GRAIN_COSTLY, |v| <T::C as CFloat>::of(gelu_f64(v.f64()))),
-        GeluTanh => go!(GRAIN_COSTLY, |v| <T::C as CFloat>::of(gelu_tanh_f64(
-            v.f64()
-        ))),
-        Silu => go!(GRAIN_COSTLY, |v| v / (one + (-v).exp())),
+        Log1p => go!(g, |v| v.ln_1p()),
+        Expm1 => go!(g, |v| v.exp_m1()),
+        Log2 => go!(g, |v| v.log2()),
+        Exp2 => go!(g, |v| v.exp2()),
+        Tan => go!(g, |v| v.tan()),
+        Atan => go!(g, |v| v.atan()),
+        Relu6 | Hardswish | Mish => reference(g),
+        // a bool result or integer operands only: `unary` dispatches them elsewhere
+        Isnan | Isinf | LogicalNot | BitwiseNot => {
+            unreachable!("{} is not a float op", op.name())
+        }
     }
 }
 
 fn int_unary<T: IntKern>(op: UnaryOp, x: &CpuTensor) -> CpuTensor {
+    use UnaryOp::*;
+    let g = grain(op.info().cost);
+    let six = T::from_i64(6);
     match op {
-        UnaryOp::Neg => map1::<T, T>(x, GRAIN_CHEAP, |a: T| a.wneg()),
-        UnaryOp::Abs => map1::<T, T>(x, GRAIN_CHEAP, |a: T| a.wabs()),
-        UnaryOp::Relu => map1::<T, T>(x, GRAIN_CHEAP, |a: T| a.max(T::ZERO)),
-        // Every other unary op has a float result, so its input was cast to float already.
-        _ => unreachable!("{} on an integer tensor reaches float_unary", op.name()),
+        Neg => map1::<T, T>(x, g, |a: T| a.wneg()),
+        Abs => map1::<T, T>(x, g, |a: T| a.wabs()),
+        Relu => map1::<T, T>(x, g, |a: T| a.max(T::ZERO)),
+        Relu6 => map1::<T, T>(x, g, |a: T| a.max(T::ZERO).min(six)),
+        // integers are their own floor, ceil, round and integer part
+        Floor | Ceil | Round | Trunc => x.copy_as(x.dtype()),
+        Sign => map1::<T, T>(x, g, |a: T| a.signum_()),
+        BitwiseNot => map1::<T, T>(x, g, |a: T| a.bnot()),
+        // Every other unary op has a float or bool result, so it never gets here.
+        Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Erf | Sigmoid | Gelu | GeluTanh
+        | Silu | Log1p | Expm1 | Log2 | Exp2 | Tan | Atan | Hardswish | Mish | Isnan | Isinf
+        | LogicalNot => unreachable!("{} on an integer tensor reaches float_unary", op.name()),
     }
 }
 
-/// `op(a, b)` with broadcasting; `out` is the inferred result type.
+/// An attributed pointwise op (`leaky_relu`, `elu`, `softplus`, `hardtanh`, `nan_to_num`)
+/// through its f64 reference in the table, rounded once to `out`.
+pub(crate) fn unary_attrs(op: &Op, x: &CpuTensor, out: DType) -> CpuTensor {
+    let Reference::UnaryAttrs(f) = op.info().reference else {
+        unreachable!("{} has an attributed reference", op.name())
+    };
+    let x = x.to_dtype(out);
+    with_dtype!(out, T => map1::<T, T>(&x, GRAIN_COSTLY, |a: T| T::from_f64(f(op, a.to_f64()))))
+}
+
+/// `clamp(x, lo, hi) = minimum(maximum(x, lo), hi)` in `out`, broadcasting.
+pub(crate) fn clamp(args: &[EagerArg<'_>], out: DType, shape: &[usize]) -> CpuTensor {
+    let lower = binary_in(BinaryOp::Maximum, &args[0], &args[1], out, shape);
+    binary_in(
+        BinaryOp::Minimum,
+        &EagerArg::Tensor(&lower),
+        &args[2],
+        out,
+        shape,
+    )
+}
+
+/// `op(a, b)` with broadcasting; `out` is the inferred result type, `compute` the promoted
+/// dtype of the operands. Integer `remainder` and `fmod` by zero are errors, as in torch.
 pub(crate) fn binary(
     op: BinaryOp,
     a: &EagerArg<'_>,
@@ -156,12 +255,45 @@ pub(crate) fn binary(
     out_dtype: DType,
     shape: &[usize],
     compute: DType,
+) -> Result<CpuTensor, RuntimeError> {
+    let bool_result = op.info().dtype == DTypeRule::Bool;
+    if matches!(op, BinaryOp::Remainder | BinaryOp::Fmod) && !compute.is_float() {
+        let zero = match b {
+            EagerArg::Tensor(t) => t.to_dtype(DType::I64).to_f64_vec().contains(&0.0),
+            EagerArg::Scalar(s) => s.to_f64() == 0.0,
+        };
+        if zero {
+            let shapes: Vec<&[usize]> = [a, b]
+                .iter()
+                .filter_map(|x| match x {
+                    EagerArg::Tensor(t) => Some(t.shape()),
+                    EagerArg::Scalar(_) => None,
+                })
+                .collect();
+            return Err(RuntimeError::unsupported(
+                op.name(),
+                &shapes,
+                "integer division by zero",
+            ));
+        }
+    }
+    if bool_result && !op.is_comparison() {
+        // logical ops: each operand's truth value
+        let (a, b) = (Opnd::new(a, DType::Bool), Opnd::new(b, DType::Bool));
+        return Ok(bool_binary(op, &a, &b, shape));
+    }
+    let ct = if bool_result { compute } else { out_dtype };
+    Ok(binary_in(op, a, b, ct, shape))
+}
+
+/// `op(a, b)` computed in `ct` (the result dtype, or the compared dtype).
+fn binary_in(
+    op: BinaryOp,
+    a: &EagerArg<'_>,
+    b: &EagerArg<'_>,
+    ct: DType,
+    shape: &[usize],
 ) -> CpuTensor {
-    let ct = if op.is_comparison() {
-        compute
-    } else {
-        out_dtype
-    };
     let (a, b) = (Opnd::new(a, ct), Opnd::new(b, ct));
     match ct {
         DType::F32 => float_binary::<f32>(op, &a, &b, shape),
@@ -190,6 +322,7 @@ macro_rules! comparisons {
 
 fn float_binary<T: FloatKern>(op: BinaryOp, a: &Opnd, b: &Opnd, shape: &[usize]) -> CpuTensor {
     use BinaryOp::*;
+    let g = grain(op.info().cost);
     macro_rules! go {
         ($grain:expr, |$x:ident, $y:ident| $e:expr) => {
             apply2::<T, T>(a, b, shape, $grain, |p: T, q: T| {
@@ -200,26 +333,40 @@ fn float_binary<T: FloatKern>(op: BinaryOp, a: &Opnd, b: &Opnd, shape: &[usize])
     }
     let nan = <T::C as CFloat>::of(f64::NAN);
     match op {
-        Add => go!(GRAIN_CHEAP, |x, y| x + y),
-        Sub => go!(GRAIN_CHEAP, |x, y| x - y),
-        Mul => go!(GRAIN_CHEAP, |x, y| x * y),
-        Div => go!(GRAIN_CHEAP, |x, y| x / y),
-        Pow => go!(GRAIN_COSTLY, |x, y| x.powf(y)),
-        Maximum => go!(GRAIN_CHEAP, |x, y| if x.is_nan() || y.is_nan() {
+        Add => go!(g, |x, y| x + y),
+        Sub => go!(g, |x, y| x - y),
+        Mul => go!(g, |x, y| x * y),
+        Div => go!(g, |x, y| x / y),
+        Pow => go!(g, |x, y| x.powf(y)),
+        Maximum => go!(g, |x, y| if x.is_nan() || y.is_nan() {
             nan
         } else if x > y {
             x
         } else {
             y
         }),
-        Minimum => go!(GRAIN_CHEAP, |x, y| if x.is_nan() || y.is_nan() {
+        Minimum => go!(g, |x, y| if x.is_nan() || y.is_nan() {
             nan
         } else if x < y {
             x
         } else {
             y
         }),
-        _ => comparisons!(op, a, b, shape, T, |x, y| (x.up(), y.up())),
+        Fmod => go!(g, |x, y| x.fmod(y)),
+        Remainder => go!(g, |x, y| {
+            let m = x.fmod(y);
+            let zero = <T::C as CFloat>::ZERO;
+            if m != zero && ((y < zero) != (m < zero)) {
+                m + y
+            } else {
+                m
+            }
+        }),
+        Atan2 => go!(g, |x, y| x.atan2(y)),
+        Eq | Ne | Lt | Le | Gt | Ge => comparisons!(op, a, b, shape, T, |x, y| (x.up(), y.up())),
+        LogicalAnd | LogicalOr | LogicalXor | BitwiseAnd | BitwiseOr | BitwiseXor => {
+            unreachable!("{} has no float kernel (checked by infer)", op.name())
+        }
     }
 }
 
@@ -227,7 +374,7 @@ fn int_binary<T: IntKern>(op: BinaryOp, a: &Opnd, b: &Opnd, shape: &[usize]) -> 
     use BinaryOp::*;
     macro_rules! go {
         (|$x:ident, $y:ident| $e:expr) => {
-            apply2::<T, T>(a, b, shape, GRAIN_CHEAP, |$x: T, $y: T| $e)
+            apply2::<T, T>(a, b, shape, grain(op.info().cost), |$x: T, $y: T| $e)
         };
     }
     match op {
@@ -237,17 +384,30 @@ fn int_binary<T: IntKern>(op: BinaryOp, a: &Opnd, b: &Opnd, shape: &[usize]) -> 
         Pow => go!(|x, y| x.wpow(y)),
         Maximum => go!(|x, y| x.max(y)),
         Minimum => go!(|x, y| x.min(y)),
-        Div => unreachable!("integer division has a float result"),
-        _ => comparisons!(op, a, b, shape, T, |x, y| (x, y)),
+        Remainder => go!(|x, y| x.wremainder(y)),
+        Fmod => go!(|x, y| x.wfmod(y)),
+        BitwiseAnd => go!(|x, y| x.band(y)),
+        BitwiseOr => go!(|x, y| x.bor(y)),
+        BitwiseXor => go!(|x, y| x.bxor(y)),
+        Eq | Ne | Lt | Le | Gt | Ge => comparisons!(op, a, b, shape, T, |x, y| (x, y)),
+        Div | Atan2 => unreachable!("integer {} has a float result", op.name()),
+        LogicalAnd | LogicalOr | LogicalXor => unreachable!("logical ops read bools"),
     }
 }
 
 fn bool_binary(op: BinaryOp, a: &Opnd, b: &Opnd, shape: &[usize]) -> CpuTensor {
+    use BinaryOp::*;
+    let go = |f: fn(bool, bool) -> bool| apply2::<bool, bool>(a, b, shape, GRAIN_CHEAP, f);
     match op {
-        BinaryOp::Maximum => apply2::<bool, bool>(a, b, shape, GRAIN_CHEAP, |x, y| x | y),
-        BinaryOp::Minimum => apply2::<bool, bool>(a, b, shape, GRAIN_CHEAP, |x, y| x & y),
-        op if op.is_comparison() => comparisons!(op, a, b, shape, bool, |x, y| (x as u8, y as u8)),
-        _ => unreachable!("arithmetic on bools is rejected by infer"),
+        Maximum | LogicalOr | BitwiseOr => go(|x, y| x | y),
+        Minimum | LogicalAnd | BitwiseAnd => go(|x, y| x & y),
+        LogicalXor | BitwiseXor => go(|x, y| x ^ y),
+        Eq | Ne | Lt | Le | Gt | Ge => {
+            comparisons!(op, a, b, shape, bool, |x, y| (x as u8, y as u8))
+        }
+        Add | Sub | Mul | Div | Pow | Remainder | Fmod | Atan2 => {
+            unreachable!("arithmetic on bools is rejected by infer")
+        }
     }
 }
 
