@@ -43,6 +43,15 @@ fn ops_and_fused_patterns_match_the_interpreter() {
     assert!(ran >= 12, "only {ran} kernels emulated");
 }
 
+/// Every pointwise row of the op table as a kernel of its own.
+#[test]
+fn every_pointwise_op_of_the_table_matches_the_interpreter() {
+    let text = common::table_programs();
+    let ran = check_module(&text, 37, "table").unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("emulated {ran} kernels of the table's pointwise ops");
+    assert!(ran >= 45, "only {ran} kernels emulated");
+}
+
 #[test]
 fn full_blocks_of_256_threads() {
     let text = r#"

@@ -39,6 +39,7 @@ fn every_generated_kernel_compiles_with_nvrtc_and_ptxas() {
         return;
     }
     let mut all = kernels("programs", common::PROGRAMS);
+    all.extend(kernels("table", &common::table_programs()));
     for (name, text) in common::corpus() {
         all.extend(kernels(&name, &text));
     }

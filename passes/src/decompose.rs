@@ -847,8 +847,10 @@ fn hardswish(
     let x = e.widen(x, dtype)?;
     let s = e.add(x, lit(3.0))?;
     let c = clamp_between(&mut e, s, lit(0.0), lit(6.0))?;
-    let p = e.mul(x, c)?;
-    let y = e.div(p, lit(6.0))?;
+    // the gate `c / 6` is in [0, 1], so the product never overflows where the result
+    // is finite
+    let gate = e.div(c, lit(6.0))?;
+    let y = e.mul(x, gate)?;
     e.finish(y, node)
 }
 

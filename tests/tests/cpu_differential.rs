@@ -21,8 +21,8 @@ mod graph_gen;
 
 use graph_gen::{arb_graph_with, GenConfig};
 use kiln::graph_exec::replay;
-use kiln::ir::{Arg, NodeId, Op};
-use kiln::{compile_with, Backend, CompileOptions, DType, Dynamic, Graph, Operand, Result, Tensor};
+use kiln::ir::{Arg, BinaryOp, CostClass, DTypeRule, Domain, NodeId, Op, OpInfo, UnaryOp};
+use kiln::{compile_with, Backend, CompileOptions, DType, Dynamic, Graph, Result, Tensor};
 use proptest::test_runner::TestCaseError;
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -91,6 +91,21 @@ enum Dist {
     Scaled(f64),
     /// integers in [-5, 5) of an integer dtype
     Int(DType),
+    /// uniform in (-0.9, 2.1): log1p's domain
+    AboveMinusOne,
+}
+
+impl Dist {
+    /// The distribution of operand `i` of an op, from its domain in the op table.
+    fn of(info: &OpInfo, i: usize) -> Dist {
+        match info.domain.get(i).copied().unwrap_or(Domain::Real) {
+            Domain::Real | Domain::NonZero => Dist::Normal,
+            Domain::Positive => Dist::Positive,
+            Domain::AboveMinusOne => Dist::AboveMinusOne,
+            Domain::Small => Dist::Scaled(2.0),
+            Domain::Integer => Dist::Int(DType::I32),
+        }
+    }
 }
 
 /// A contiguous tensor of `shape` drawn from `dist` with `seed`.
@@ -101,6 +116,7 @@ fn draw(shape: &[usize], dist: Dist, seed: u64) -> Tensor {
         Dist::Normal => normal(),
         Dist::Positive => normal().abs().unwrap().add(0.1).unwrap(),
         Dist::Scaled(k) => normal().mul(k).unwrap(),
+        Dist::AboveMinusOne => uniform().mul(3.0).unwrap().sub(0.9).unwrap(),
         Dist::Quantized => uniform()
             .mul(9.0)
             .unwrap()
@@ -427,56 +443,108 @@ macro_rules! fused_and_unfused {
 // Pointwise: unary
 // ---------------------------------------------------------------------------------------
 
-type Unary = fn(&Tensor) -> Result<Tensor>;
-
-const UNARY: [(&str, Unary, Dist); 16] = [
-    ("neg", Tensor::neg, Dist::Normal),
-    ("abs", Tensor::abs, Dist::Normal),
-    ("exp", Tensor::exp, Dist::Normal),
-    ("log", Tensor::log, Dist::Positive),
-    ("sqrt", Tensor::sqrt, Dist::Positive),
-    ("rsqrt", Tensor::rsqrt, Dist::Positive),
-    ("recip", Tensor::recip, Dist::Normal),
-    ("sin", Tensor::sin, Dist::Normal),
-    ("cos", Tensor::cos, Dist::Normal),
-    ("tanh", Tensor::tanh, Dist::Normal),
-    ("erf", Tensor::erf, Dist::Normal),
-    ("sigmoid", Tensor::sigmoid, Dist::Normal),
-    ("relu", Tensor::relu, Dist::Normal),
-    ("gelu", Tensor::gelu, Dist::Normal),
-    ("gelu_tanh", Tensor::gelu_tanh, Dist::Normal),
-    ("silu", Tensor::silu, Dist::Normal),
-];
-
-fn unary_op(name: &str) -> (Unary, Dist) {
-    let (_, f, d) = UNARY
-        .iter()
-        .find(|(n, _, _)| *n == name)
-        .unwrap_or_else(|| panic!("no unary op {name}"));
-    (*f, *d)
+/// The name of a unary op in case names (gelu's two forms apart).
+fn unary_name(u: UnaryOp) -> String {
+    match u.variant_attr() {
+        Some((_, v)) => format!("{}_{v}", u.name()),
+        None => u.name().to_string(),
+    }
 }
 
-/// One unary op on every shape and layout.
-fn unary(name: &str, fusion: bool) {
-    let (op, dist) = unary_op(name);
-    let mut r = Report::new(name, fusion);
+/// One unary op of the table on every shape and layout, drawn from its domain.
+fn unary(u: UnaryOp, r: &mut Report) {
+    let dist = Dist::of(u.info(), 0);
+    let name = unary_name(u);
+    let op = move |x: &[Tensor]| Ok(vec![x[0].unary(u)?]);
     for (i, shape) in all_shapes().iter().enumerate() {
         let xs = single_input_layouts(shape, dist, 100 + i as u64);
-        check(
-            &mut r,
-            &format!("{name} {shape:?}"),
-            move |x: &[Tensor]| Ok(vec![op(&x[0])?]),
-            Tol::Pointwise,
-            &xs,
-        );
+        check(r, &format!("{name} {shape:?}"), op, Tol::Pointwise, &xs);
     }
     // wider inputs: saturation of exp/tanh/sigmoid/erf, large arguments of sin/cos
     if dist == Dist::Normal {
         let xs = single_input_layouts(&[7, 783], Dist::Scaled(12.0), 150);
+        check(r, &format!("{name} [7, 783] × 12"), op, Tol::Pointwise, &xs);
+    }
+}
+
+/// Every unary op of the table that `keep` selects (a new row is tested without a list).
+fn unary_ops(test: &str, fusion: bool, keep: fn(UnaryOp) -> bool) {
+    let mut r = Report::new(test, fusion);
+    for u in UnaryOp::ALL.into_iter().filter(|u| keep(*u)) {
+        unary(u, &mut r);
+    }
+    r.finish();
+}
+
+/// Primitive unary ops of about one instruction (`neg`, `floor`, `sqrt`, `rsqrt`, ...).
+fn unary_simple_ops(fusion: bool) {
+    unary_ops("unary_simple_ops", fusion, |u| {
+        let i = u.info();
+        !i.composite
+            && i.cost <= CostClass::Moderate
+            && matches!(i.dtype, DTypeRule::Numeric | DTypeRule::Float)
+    });
+}
+
+/// Primitive transcendentals and library calls (`exp`, `tanh`, `log1p`, `atan`, ...).
+fn unary_transcendental_ops(fusion: bool) {
+    unary_ops("unary_transcendental_ops", fusion, |u| {
+        let i = u.info();
+        !i.composite && i.cost > CostClass::Moderate && i.dtype != DTypeRule::Bool
+    });
+}
+
+/// Unary ops with a bool result or bool/integer operands (`isnan`, `logical_not`,
+/// `bitwise_not`).
+fn unary_bool_ops(fusion: bool) {
+    unary_ops("unary_bool_ops", fusion, |u| {
+        matches!(u.info().dtype, DTypeRule::Bool | DTypeRule::Integral)
+    });
+}
+
+/// Composite unary ops (`gelu`, `silu`, `relu6`, `hardswish`, `mish`): rendered natively or
+/// decomposed, whichever the backend declares.
+fn unary_composite_ops(fusion: bool) {
+    unary_ops("unary_composite_ops", fusion, |u| u.info().composite);
+}
+
+/// Bool results consumed inside f32 kernels: `where` on `isnan`/`isinf`, logical ops of
+/// comparisons, casts of bools.
+fn bool_results_in_kernels(fusion: bool) {
+    let mut r = Report::new("bool_results_in_kernels", fusion);
+    let f = |x: &[Tensor]| {
+        let nan = x[0].log()?; // NaN below 0
+        let masked = nan.isnan()?.where_(0.0, &nan)?;
+        let big = x[0].exp()?.mul(1e38)?.isinf()?.logical_not()?;
+        let both = x[0].gt(0.5)?.logical_and(&x[1].lt(0.0)?)?;
+        let either = x[0].logical_or(&x[1].gt(1.0)?)?.logical_xor(&big)?;
+        let bits = both.bitwise_or(&either)?.bitwise_xor(&big)?.bitwise_not()?;
+        Ok(vec![
+            masked,
+            big.cast(DType::F32)?.add(&x[0])?,
+            both.where_(&x[0], &x[1])?,
+            either.cast(DType::F32)?,
+            bits,
+        ])
+    };
+    for (i, shape) in all_shapes().iter().enumerate() {
+        let seed = 180 + 2 * i as u64;
+        let xs: Vec<_> = [(Contiguous, Contiguous), (Transposed, StridedLast)]
+            .iter()
+            .map(|&(la, lb)| {
+                (
+                    format!("{la:?}, {lb:?}"),
+                    vec![
+                        input(shape, Dist::Quantized, la, seed),
+                        input(shape, Dist::Quantized, lb, seed + 1),
+                    ],
+                )
+            })
+            .collect();
         check(
             &mut r,
-            &format!("{name} [7, 783] × 12"),
-            move |x: &[Tensor]| Ok(vec![op(&x[0])?]),
+            &format!("bool results {shape:?}"),
+            f,
             Tol::Pointwise,
             &xs,
         );
@@ -484,33 +552,57 @@ fn unary(name: &str, fusion: bool) {
     r.finish();
 }
 
-macro_rules! unary_tests {
-    ($($test:ident => $name:literal),* $(,)?) => {
-        $( fn $test(fusion: bool) { unary($name, fusion) } )*
+/// The attributed activations and `clamp` (composites: decomposed for the backends), at
+/// torch's defaults and at other attribute values, with tensor and scalar bounds.
+fn activations_and_clamp(fusion: bool) {
+    let mut r = Report::new("activations_and_clamp", fusion);
+    let f = |x: &[Tensor]| {
+        Ok(vec![
+            x[0].hardtanh(-1.0, 1.0)?,
+            x[0].hardtanh(-0.25, 2.5)?,
+            x[0].leaky_relu(0.01)?,
+            x[0].leaky_relu(0.2)?,
+            x[0].elu(1.0)?,
+            x[0].elu(0.5)?,
+            x[0].softplus(1.0, 20.0)?,
+            x[0].mul(15.0)?.softplus(2.0, 10.0)?,
+            x[0].clamp(Some(-0.5), Some(0.75))?,
+            x[0].clamp(Some(&x[1]), Some(1.0))?,
+            x[0].clamp(None::<f64>, Some(&x[1]))?,
+            x[0].clamp(Some(0.1), None::<f64>)?,
+            x[0].log()?.div(&x[1])?.nan_to_num(0.0, None, None)?,
+            x[0].log()?
+                .div(&x[1])?
+                .nan_to_num(1.5, Some(100.0), Some(-7.0))?,
+        ])
     };
+    for (i, shape) in all_shapes().iter().enumerate() {
+        let seed = 190 + 2 * i as u64;
+        let xs: Vec<_> = [(Contiguous, Contiguous), (Transposed, ExpandedFirst)]
+            .iter()
+            .map(|&(la, lb)| {
+                (
+                    format!("{la:?}, {lb:?}"),
+                    vec![
+                        input(shape, Dist::Scaled(3.0), la, seed),
+                        input(shape, Dist::Quantized, lb, seed + 1),
+                    ],
+                )
+            })
+            .collect();
+        check(
+            &mut r,
+            &format!("activations {shape:?}"),
+            f,
+            Tol::Pointwise,
+            &xs,
+        );
+    }
+    r.finish();
 }
 
-unary_tests! {
-    unary_neg => "neg",
-    unary_abs => "abs",
-    unary_exp => "exp",
-    unary_log => "log",
-    unary_sqrt => "sqrt",
-    unary_rsqrt => "rsqrt",
-    unary_recip => "recip",
-    unary_sin => "sin",
-    unary_cos => "cos",
-    unary_tanh => "tanh",
-    unary_erf => "erf",
-    unary_sigmoid => "sigmoid",
-    unary_relu => "relu",
-    unary_gelu => "gelu",
-    unary_gelu_tanh => "gelu_tanh",
-    unary_silu => "silu",
-}
-
-/// log, sqrt, rsqrt and recip of negative inputs and of zeros of both signs: NaN and ±inf
-/// in the same places everywhere.
+/// The ops with a restricted domain (log, sqrt, rsqrt, log1p, log2, ...) and reciprocal on
+/// negative inputs and on zeros of both signs: NaN and ±inf in the same places everywhere.
 fn unary_domain_edges(fusion: bool) {
     let mut r = Report::new("unary_domain_edges", fusion);
     let edges = Tensor::from_f64(
@@ -519,9 +611,14 @@ fn unary_domain_edges(fusion: bool) {
         DType::F32,
     )
     .unwrap();
-    for name in ["log", "sqrt", "rsqrt", "recip"] {
-        let (op, _) = unary_op(name);
-        let f = move |x: &[Tensor]| Ok(vec![op(&x[0])?]);
+    // the ops with a restricted domain, and the pole of reciprocal
+    let edgy = UnaryOp::ALL.into_iter().filter(|u| {
+        matches!(u.info().domain[0], Domain::Positive | Domain::AboveMinusOne)
+            || *u == UnaryOp::Recip
+    });
+    for u in edgy {
+        let name = unary_name(u);
+        let f = move |x: &[Tensor]| Ok(vec![x[0].unary(u)?]);
         check(
             &mut r,
             &format!("{name} of normal (signed) inputs"),
@@ -685,8 +782,12 @@ fn unary_special_values(fusion: bool) {
         .collect();
     let x_moderate = Tensor::from_f64(&moderate, &[moderate.len()], DType::F32).unwrap();
     let mut r = Report::new("unary_special_values", fusion);
-    for (name, op, _) in UNARY {
-        let x = if matches!(name, "sin" | "cos") {
+    let floats = UnaryOp::ALL
+        .into_iter()
+        .filter(|u| u.info().dtype.result(DType::F32).is_ok());
+    for u in floats {
+        let name = unary_name(u);
+        let x = if matches!(u, UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Tan) {
             x_moderate.clone()
         } else {
             x.clone()
@@ -694,7 +795,7 @@ fn unary_special_values(fusion: bool) {
         check(
             &mut r,
             &format!("{name} of special values"),
-            move |x: &[Tensor]| Ok(vec![op(&x[0])?]),
+            move |x: &[Tensor]| Ok(vec![x[0].unary(u)?]),
             Tol::Pointwise,
             &[("specials".into(), vec![x])],
         );
@@ -702,7 +803,7 @@ fn unary_special_values(fusion: bool) {
     r.finish();
 }
 
-/// sin and cos of large arguments (1e4 to 3.4e38, both signs): eager reduces the argument
+/// sin, cos and tan of large arguments (1e4 to 3.4e38, both signs): eager reduces the argument
 /// exactly; the generated code must agree.
 fn trig_large_arguments(fusion: bool) {
     let vals: Vec<f64> = (0..70)
@@ -712,12 +813,11 @@ fn trig_large_arguments(fusion: bool) {
         .collect();
     let x = Tensor::from_f64(&vals, &[vals.len()], DType::F32).unwrap();
     let mut r = Report::new("trig_large_arguments", fusion);
-    for name in ["sin", "cos"] {
-        let (op, _) = unary_op(name);
+    for u in [UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Tan] {
         check(
             &mut r,
-            &format!("{name} of large arguments"),
-            move |x: &[Tensor]| Ok(vec![op(&x[0])?]),
+            &format!("{} of large arguments", u.name()),
+            move |x: &[Tensor]| Ok(vec![x[0].unary(u)?]),
             Tol::Pointwise,
             &[("large".into(), vec![x.clone()])],
         );
@@ -729,38 +829,23 @@ fn trig_large_arguments(fusion: bool) {
 // Pointwise: binary
 // ---------------------------------------------------------------------------------------
 
-const BINARY: [&str; 13] = [
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
-];
-
-fn binary_op(name: &str, a: &Tensor, b: Operand<'_>) -> Result<Tensor> {
-    match name {
-        "add" => a.add(b),
-        "sub" => a.sub(b),
-        "mul" => a.mul(b),
-        "div" => a.div(b),
-        "pow" => a.pow(b),
-        "maximum" => a.maximum(b),
-        "minimum" => a.minimum(b),
-        "eq" => a.eq(b),
-        "ne" => a.ne(b),
-        "lt" => a.lt(b),
-        "le" => a.le(b),
-        "gt" => a.gt(b),
-        "ge" => a.ge(b),
-        other => panic!("no binary op {other}"),
+/// The distributions of (lhs, rhs) for an op: its domains in the table, with ties
+/// (quantized values) for comparisons, logical ops and maximum/minimum.
+fn binary_dists(b: BinaryOp) -> (Dist, Dist) {
+    let i = b.info();
+    if matches!(i.dtype, DTypeRule::Bool | DTypeRule::Any) && i.domain[0] == Domain::Real {
+        (Dist::Quantized, Dist::Quantized)
+    } else {
+        (Dist::of(i, 0), Dist::of(i, 1))
     }
 }
 
-/// The distributions of (lhs, rhs) for an op: positive bases for pow, ties for comparisons
-/// and maximum/minimum.
-fn binary_dists(name: &str) -> (Dist, Dist) {
-    match name {
-        "pow" => (Dist::Positive, Dist::Normal),
-        "maximum" | "minimum" | "eq" | "ne" | "lt" | "le" | "gt" | "ge" => {
-            (Dist::Quantized, Dist::Quantized)
-        }
-        _ => (Dist::Normal, Dist::Normal),
+/// A divisor operand never 0 where the op's domain asks for that (integer remainders).
+fn divisor(b: BinaryOp, t: Tensor) -> Tensor {
+    if b.info().domain[1] == Domain::NonZero && !t.dtype().is_float() {
+        t.abs().unwrap().add(1i64).unwrap()
+    } else {
+        t
     }
 }
 
@@ -778,10 +863,10 @@ const BROADCASTS: [(&[usize], &[usize]); 8] = [
 
 /// One binary op: tensor-tensor of equal shapes in several layout pairs, broadcasting
 /// operands, tensor-scalar (and scalar-tensor where Rust's operators allow it).
-fn binary(name: &'static str, fusion: bool) {
-    let (da, db) = binary_dists(name);
-    let mut r = Report::new(name, fusion);
-    let tt = move |x: &[Tensor]| Ok(vec![binary_op(name, &x[0], (&x[1]).into())?]);
+fn binary(b: BinaryOp, r: &mut Report) {
+    let name = b.name();
+    let (da, db) = binary_dists(b);
+    let tt = move |x: &[Tensor]| Ok(vec![x[0].binary(b, &divisor(b, x[1].clone()))?]);
     for (i, shape) in all_shapes().iter().enumerate() {
         let seed = 200 + 2 * i as u64;
         let pairs: &[(Layout, Layout)] = if shape.len() == 1 {
@@ -808,13 +893,7 @@ fn binary(name: &'static str, fusion: bool) {
                 )
             })
             .collect();
-        check(
-            &mut r,
-            &format!("{name} {shape:?}"),
-            tt,
-            Tol::Pointwise,
-            &xs,
-        );
+        check(r, &format!("{name} {shape:?}"), tt, Tol::Pointwise, &xs);
     }
     for (i, (sa, sb)) in BROADCASTS.iter().enumerate() {
         let seed = 300 + 2 * i as u64;
@@ -835,7 +914,7 @@ fn binary(name: &'static str, fusion: bool) {
             ),
         ];
         check(
-            &mut r,
+            r,
             &format!("{name} {sa:?} with {sb:?}"),
             tt,
             Tol::Pointwise,
@@ -846,10 +925,10 @@ fn binary(name: &'static str, fusion: bool) {
             .iter()
             .map(|(w, v)| (w.clone(), vec![v[1].clone(), v[0].clone()]))
             .collect();
-        let (da2, _) = binary_dists(name);
+        let (da2, _) = binary_dists(b);
         if da2 == db {
             check(
-                &mut r,
+                r,
                 &format!("{name} {sb:?} with {sa:?}"),
                 tt,
                 Tol::Pointwise,
@@ -857,42 +936,59 @@ fn binary(name: &'static str, fusion: bool) {
             );
         }
     }
-    let scalars: &[f64] = match name {
-        "pow" => &[2.0, 3.0, 0.5, -1.5, 0.0],
-        "eq" | "ne" | "lt" | "le" | "gt" | "ge" | "maximum" | "minimum" => &[0.0, 0.5, -1.5],
+    let scalars: &[f64] = match (b, binary_dists(b).0) {
+        (BinaryOp::Pow, _) => &[2.0, 3.0, 0.5, -1.5, 0.0],
+        // integer-only ops take integer scalars below
+        (_, Dist::Int(_)) => &[],
+        (_, Dist::Quantized) => &[0.0, 0.5, -1.5],
         _ => &[0.75, -2.5],
     };
+    if scalars.is_empty() {
+        for (i, s) in [3i64, -2].into_iter().enumerate() {
+            let xs = single_input_layouts(&[33, 17], da, 420 + i as u64);
+            check(
+                r,
+                &format!("{name} [33, 17] with scalar {s}"),
+                move |x: &[Tensor]| Ok(vec![x[0].binary(b, s)?]),
+                Tol::Pointwise,
+                &xs,
+            );
+        }
+    }
     for (i, &s) in scalars.iter().enumerate() {
         for shape in [vec![783], vec![33, 17]] {
             let xs = single_input_layouts(&shape, da, 400 + i as u64);
             check(
-                &mut r,
+                r,
                 &format!("{name} {shape:?} with scalar {s}"),
-                move |x: &[Tensor]| Ok(vec![binary_op(name, &x[0], s.into())?]),
+                move |x: &[Tensor]| Ok(vec![x[0].binary(b, s)?]),
                 Tol::Pointwise,
                 &xs,
             );
             // an integer scalar promotes to the tensor's float dtype
             check(
-                &mut r,
+                r,
                 &format!("{name} {shape:?} with scalar 2i64"),
-                move |x: &[Tensor]| Ok(vec![binary_op(name, &x[0], 2i64.into())?]),
+                move |x: &[Tensor]| Ok(vec![x[0].binary(b, 2i64)?]),
                 Tol::Pointwise,
                 &xs[..1],
             );
         }
     }
     // scalar on the left (Rust's operators)
-    if matches!(name, "add" | "sub" | "mul" | "div") {
+    if matches!(
+        b,
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+    ) {
         let xs = single_input_layouts(&[33, 17], Dist::Normal, 450);
         check(
-            &mut r,
+            r,
             &format!("scalar {name} [33, 17]"),
             move |x: &[Tensor]| {
-                Ok(vec![match name {
-                    "add" => (1.5 + &x[0])?,
-                    "sub" => (1.5 - &x[0])?,
-                    "mul" => (1.5 * &x[0])?,
+                Ok(vec![match b {
+                    BinaryOp::Add => (1.5 + &x[0])?,
+                    BinaryOp::Sub => (1.5 - &x[0])?,
+                    BinaryOp::Mul => (1.5 * &x[0])?,
                     _ => (1.5 / &x[0])?,
                 }])
             },
@@ -900,9 +996,9 @@ fn binary(name: &'static str, fusion: bool) {
             &xs,
         );
     }
-    // a comparison consumed inside an f32 kernel (where, a cast to f32): on its own its
-    // bool output runs on the eager kernels
-    if matches!(name, "eq" | "ne" | "lt" | "le" | "gt" | "ge") {
+    // a bool result (comparison, logical op) consumed inside an f32 kernel (where, a
+    // cast to f32)
+    if b.info().dtype == DTypeRule::Bool {
         for (i, shape) in [vec![783], vec![33, 17], vec![7, 783]].iter().enumerate() {
             let seed = 470 + 2 * i as u64;
             let xs: Vec<_> = [
@@ -919,11 +1015,11 @@ fn binary(name: &'static str, fusion: bool) {
             })
             .collect();
             check(
-                &mut r,
+                r,
                 &format!("{name} {shape:?} consumed by where and a cast"),
                 move |x: &[Tensor]| {
-                    let c = binary_op(name, &x[0], (&x[1]).into())?;
-                    let s = binary_op(name, &x[0], 0.5.into())?;
+                    let c = x[0].binary(b, &x[1])?;
+                    let s = x[0].binary(b, 0.5)?;
                     Ok(vec![
                         c.where_(&x[0], &x[1].mul(3.0)?)?,
                         c.cast(DType::F32)?.add(&x[0])?,
@@ -936,11 +1032,11 @@ fn binary(name: &'static str, fusion: bool) {
         }
     }
     // pow with an integer exponent of a negative base is defined
-    if name == "pow" {
+    if b == BinaryOp::Pow {
         let xs = single_input_layouts(&[33, 17], Dist::Normal, 460);
         for s in [2.0, 3.0] {
             check(
-                &mut r,
+                r,
                 &format!("pow of negative bases with scalar {s}"),
                 move |x: &[Tensor]| Ok(vec![x[0].pow(s)?]),
                 Tol::Pointwise,
@@ -948,29 +1044,41 @@ fn binary(name: &'static str, fusion: bool) {
             );
         }
     }
+}
+
+/// Every binary op of the table that `keep` selects (a new row is tested without a list).
+fn binary_ops(test: &str, fusion: bool, keep: fn(BinaryOp) -> bool) {
+    let mut r = Report::new(test, fusion);
+    for b in BinaryOp::ALL.into_iter().filter(|b| keep(*b)) {
+        binary(b, &mut r);
+    }
     r.finish();
 }
 
-macro_rules! binary_tests {
-    ($($test:ident => $name:literal),* $(,)?) => {
-        $( fn $test(fusion: bool) { binary($name, fusion) } )*
-    };
+/// `+ - * /` and the other ops of about one instruction with a numeric result.
+fn binary_simple_ops(fusion: bool) {
+    binary_ops("binary_simple_ops", fusion, |b| {
+        let i = b.info();
+        i.cost <= CostClass::Moderate
+            && matches!(
+                i.dtype,
+                DTypeRule::Numeric | DTypeRule::Float | DTypeRule::Any
+            )
+    });
 }
 
-binary_tests! {
-    binary_add => "add",
-    binary_sub => "sub",
-    binary_mul => "mul",
-    binary_div => "div",
-    binary_pow => "pow",
-    binary_maximum => "maximum",
-    binary_minimum => "minimum",
-    binary_eq => "eq",
-    binary_ne => "ne",
-    binary_lt => "lt",
-    binary_le => "le",
-    binary_gt => "gt",
-    binary_ge => "ge",
+/// `pow`, `remainder`, `fmod`, `atan2`: library calls per lane.
+fn binary_library_ops(fusion: bool) {
+    binary_ops("binary_library_ops", fusion, |b| {
+        b.info().cost > CostClass::Moderate
+    });
+}
+
+/// Comparisons, logical and bitwise ops (bool results, or integer operands).
+fn binary_bool_ops(fusion: bool) {
+    binary_ops("binary_bool_ops", fusion, |b| {
+        matches!(b.info().dtype, DTypeRule::Bool | DTypeRule::Integral)
+    });
 }
 
 /// NaN operands: maximum/minimum propagate them, comparisons are false (ne true).
@@ -1008,11 +1116,14 @@ fn binary_nan_operands(fusion: bool) {
     )
     .unwrap();
     let mut r = Report::new("binary_nan_operands", fusion);
-    for name in BINARY {
+    let floats = BinaryOp::ALL
+        .into_iter()
+        .filter(|b| b.info().dtype.result(DType::F32).is_ok());
+    for op in floats {
         check(
             &mut r,
-            &format!("{name} with NaN and infinite operands"),
-            move |x: &[Tensor]| Ok(vec![binary_op(name, &x[0], (&x[1]).into())?]),
+            &format!("{} with NaN and infinite operands", op.name()),
+            move |x: &[Tensor]| Ok(vec![x[0].binary(op, &x[1])?]),
             Tol::Pointwise,
             &[("specials".into(), vec![a.clone(), b.clone()])],
         );
@@ -1040,11 +1151,15 @@ fn binary_integer_and_mixed_dtypes(fusion: bool) {
                 ],
             ),
         ];
-        for name in ["add", "sub", "mul", "maximum", "minimum", "lt", "eq"] {
+        // every op the table defines on integers (true division apart, below)
+        let ints = BinaryOp::ALL
+            .into_iter()
+            .filter(|b| *b != BinaryOp::Div && b.info().dtype.result(dtype).is_ok());
+        for b in ints {
             check(
                 &mut r,
-                &format!("{name} of {dtype}"),
-                move |x: &[Tensor]| Ok(vec![binary_op(name, &x[0], (&x[1]).into())?]),
+                &format!("{} of {dtype}", b.name()),
+                move |x: &[Tensor]| Ok(vec![x[0].binary(b, &divisor(b, x[1].clone()))?]),
                 Tol::Pointwise,
                 &xs,
             );
@@ -2099,7 +2214,11 @@ fn views_of_intermediates(fusion: bool) {
 /// read it from.
 fn recomputed_values_agree(fusion: bool) {
     let mut r = Report::new("recomputed_values_agree", fusion);
-    for (name, op, _) in UNARY {
+    let float_valued = UnaryOp::ALL
+        .into_iter()
+        .filter(|u| matches!(u.info().dtype, DTypeRule::Float | DTypeRule::Numeric));
+    for u in float_valued {
+        let name = unary_name(u);
         let xs = vec![("contiguous".to_string(), vec![normal(&[4096], 1697)])];
         check(
             &mut r,
@@ -2107,7 +2226,7 @@ fn recomputed_values_agree(fusion: bool) {
             move |x: &[Tensor]| {
                 let n = x[0].shape()[0];
                 let idx = Tensor::arange(0.0, n as f64, 1.0, DType::I64)?;
-                let y = op(&x[0])?;
+                let y = x[0].unary(u)?;
                 let z = y.index_select(0, &idx)?;
                 Ok(vec![y.eq(&z)?, y.sub(&z)?])
             },
@@ -2866,41 +2985,21 @@ fn normwise(c: &Tensor, e: &Tensor) -> std::result::Result<(), String> {
 }
 
 fused_and_unfused! {
-    unary_neg,
-    unary_abs,
-    unary_exp,
-    unary_log,
-    unary_sqrt,
-    unary_rsqrt,
-    unary_recip,
-    unary_sin,
-    unary_cos,
-    unary_tanh,
-    unary_erf,
-    unary_sigmoid,
-    unary_relu,
-    unary_gelu,
-    unary_gelu_tanh,
-    unary_silu,
+    unary_simple_ops,
+    unary_transcendental_ops,
+    unary_bool_ops,
+    unary_composite_ops,
+    bool_results_in_kernels,
+    activations_and_clamp,
     unary_domain_edges,
     bounded_transcendentals,
     fitted_chains,
     scattered_inputs,
     unary_special_values,
     trig_large_arguments,
-    binary_add,
-    binary_sub,
-    binary_mul,
-    binary_div,
-    binary_pow,
-    binary_maximum,
-    binary_minimum,
-    binary_eq,
-    binary_ne,
-    binary_lt,
-    binary_le,
-    binary_gt,
-    binary_ge,
+    binary_simple_ops,
+    binary_library_ops,
+    binary_bool_ops,
     binary_nan_operands,
     binary_integer_and_mixed_dtypes,
     where_select,

@@ -120,3 +120,43 @@ pub fn corpus() -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// One graph per pointwise row of the op table (a new row is tested without a list): the
+/// op on `f32[5,37]` operands, or `bool[5,37]` ones for the ops that take only integers
+/// and bools (the loop form has no integers). Printed as a module of textual IR.
+pub fn table_programs() -> String {
+    use kiln_ir::{BinaryOp, DType, DTypeRule, Graph, Op, Shape, TensorType, UnaryOp};
+    let ty = |d: DType| TensorType::new(d, Shape::of(&[5, 37]));
+    let operand_dtype = |rule: DTypeRule| {
+        if rule == DTypeRule::Integral {
+            DType::Bool
+        } else {
+            DType::F32
+        }
+    };
+    let mut graphs = Vec::new();
+    let ops = UnaryOp::ALL
+        .into_iter()
+        .map(|u| (Op::Unary(u), 1, u.info().dtype, format!("{u:?}")))
+        .chain(
+            BinaryOp::ALL
+                .into_iter()
+                .map(|b| (Op::Binary(b), 2, b.info().dtype, format!("{b:?}"))),
+        );
+    for (op, arity, rule, name) in ops {
+        let mut g = Graph::new(format!("table_{}", name.to_lowercase()));
+        let args: Vec<kiln_ir::Arg> = (0..arity)
+            .map(|i| {
+                g.add_input(format!("x{i}"), ty(operand_dtype(rule)))
+                    .expect("fresh input")
+                    .into()
+            })
+            .collect();
+        let y = g
+            .add_op(op, &args, None)
+            .expect("the op types on its domain");
+        g.set_outputs(vec![y]).expect("one output");
+        graphs.push(g);
+    }
+    kiln_ir::print_module(&graphs)
+}

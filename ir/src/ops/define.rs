@@ -108,6 +108,12 @@ macro_rules! define_family {
             pub fn name(self) -> &'static str {
                 self.info().name
             }
+
+            /// The attribute that tells this member apart from another of the same name
+            /// (`gelu {approximate = "tanh"}`), as (key, value).
+            pub fn variant_attr(self) -> Option<(&'static str, &'static str)> {
+                <$Family as $crate::ops::define::Family>::variant(self)
+            }
         }
 
         impl $crate::ops::define::Family for $Family {
