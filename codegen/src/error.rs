@@ -47,3 +47,18 @@ pub enum CodegenError {
         reason: String,
     },
 }
+
+impl CodegenError {
+    /// True for a bug of the code generator (Cranelift rejected what it generated); false
+    /// for what the plan does not support or the inputs or device did, which callers may
+    /// fall back from.
+    pub fn is_bug(&self) -> bool {
+        match self {
+            CodegenError::Jit { .. } => true,
+            CodegenError::Inputs { .. }
+            | CodegenError::Runtime { .. }
+            | CodegenError::Device { .. }
+            | CodegenError::Plan { .. } => false,
+        }
+    }
+}

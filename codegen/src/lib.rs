@@ -9,5 +9,7 @@ mod error;
 pub mod logging;
 pub mod loops;
 pub mod matmul_group;
+mod options;
 
 pub use error::CodegenError;
+pub use options::{ClifOpt, CodegenOptions};

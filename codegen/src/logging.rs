@@ -1,13 +1,9 @@
-//! `KILN_LOGS=code` logging of compiled kernels.
+//! `KILN_LOGS=code` logging of compiled kernels. The environment is read by the frontend,
+//! which installs a `tracing` subscriber for the categories `KILN_LOGS` names; here a
+//! category is on when the current subscriber wants its target.
 
-/// True when `KILN_LOGS` names `code` (or `all`).
+/// True when events with target `kiln::code` are wanted (`KILN_LOGS=code`, or a subscriber
+/// of the program's own that enables the target).
 pub fn code() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("KILN_LOGS").is_ok_and(|v| {
-            v.split(',')
-                .map(str::trim)
-                .any(|c| c == "code" || c == "all")
-        })
-    })
+    tracing::enabled!(target: "kiln::code", tracing::Level::INFO)
 }

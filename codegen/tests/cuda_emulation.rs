@@ -23,8 +23,13 @@ fn check_module(text: &str, sym: usize, file: &str) -> Result<usize, String> {
     let graphs = parse_module(text).map_err(|e| format!("{file}: {e}"))?;
     let mut ran = 0;
     for g in &graphs {
-        let opt = run_passes(g, &["decompose", "fuse"], &PassOptions::default(), false)
-            .map_err(|e| format!("{file} @{}: {e}", g.name()))?;
+        let opt = run_passes(
+            g,
+            &["decompose", "fuse"],
+            &PassOptions::rendering(kiln_codegen::cuda::renders),
+            false,
+        )
+        .map_err(|e| format!("{file} @{}: {e}", g.name()))?;
         let s = schedule(&opt).map_err(|e| format!("{file} @{}: {e}", g.name()))?;
         for k in &s.kernels {
             let what = format!("{file} @{} kernel {}", g.name(), k.body.name());
@@ -67,8 +72,13 @@ graph @pointwise(%x: f32[600]) -> f32[600] {
     let graphs = parse_module(text).expect("valid IR");
     let mut ran = 0;
     for g in &graphs {
-        let opt = run_passes(g, &["decompose", "fuse"], &PassOptions::default(), false)
-            .expect("passes run");
+        let opt = run_passes(
+            g,
+            &["decompose", "fuse"],
+            &PassOptions::rendering(kiln_codegen::cuda::renders),
+            false,
+        )
+        .expect("passes run");
         for k in &schedule(&opt).expect("schedules").kernels {
             let what = format!("@{} kernel {}", g.name(), k.body.name());
             if check_kernel(&k.body, 5, &what, kiln_codegen::cuda::BLOCK_THREADS)

@@ -23,8 +23,13 @@ use kiln_passes::schedule::{schedule, Kernel};
 fn kernels(text: &str, file: &str) -> Vec<(String, Kernel)> {
     let mut out = Vec::new();
     for g in parse_module(text).unwrap_or_else(|e| panic!("{file}: {e}")) {
-        let opt = run_passes(&g, &["decompose", "fuse"], &PassOptions::default(), false)
-            .unwrap_or_else(|e| panic!("{file} @{}: {e}", g.name()));
+        let opt = run_passes(
+            &g,
+            &["decompose", "fuse"],
+            &PassOptions::rendering(kiln_codegen::cuda::renders),
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{file} @{}: {e}", g.name()));
         let s = schedule(&opt).unwrap_or_else(|e| panic!("{file} @{}: {e}", g.name()));
         for k in s.kernels {
             out.push((format!("{file} @{} {}", g.name(), k.body.name()), k));

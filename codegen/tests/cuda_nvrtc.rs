@@ -19,8 +19,13 @@ use kiln_passes::schedule::schedule;
 fn kernels(file: &str, text: &str) -> Vec<(String, kiln_codegen::cuda::CudaKernel)> {
     let mut out = Vec::new();
     for g in parse_module(text).unwrap_or_else(|e| panic!("{file}: {e}")) {
-        let opt = run_passes(&g, &["decompose", "fuse"], &PassOptions::default(), false)
-            .unwrap_or_else(|e| panic!("{file} @{}: {e}", g.name()));
+        let opt = run_passes(
+            &g,
+            &["decompose", "fuse"],
+            &PassOptions::rendering(kiln_codegen::cuda::renders),
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{file} @{}: {e}", g.name()));
         let s = schedule(&opt).unwrap_or_else(|e| panic!("{file} @{}: {e}", g.name()));
         for k in &s.kernels {
             if let Ok(nest) = lower_kernel(&k.body) {

@@ -60,7 +60,13 @@ fn plan(text: &str, name: &str, fuse: bool) -> (kiln_ir::Graph, CudaPlan) {
     } else {
         &["decompose"]
     };
-    let opt = run_passes(&g, passes, &PassOptions::default(), false).expect("passes run");
+    let opt = run_passes(
+        &g,
+        passes,
+        &PassOptions::rendering(kiln_codegen::cuda::renders),
+        false,
+    )
+    .expect("passes run");
     let s = schedule(&opt).expect("schedules");
     let p = CudaPlan::new(&s).unwrap_or_else(|e| panic!("{e}"));
     (g, p)

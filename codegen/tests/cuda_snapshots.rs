@@ -14,8 +14,13 @@ use std::path::PathBuf;
 fn cuda_of(text: &str) -> String {
     let mut out = String::new();
     for g in parse_module(text).expect("valid IR") {
-        let opt = run_passes(&g, &["decompose", "fuse"], &PassOptions::default(), true)
-            .unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
+        let opt = run_passes(
+            &g,
+            &["decompose", "fuse"],
+            &PassOptions::rendering(kiln_codegen::cuda::renders),
+            true,
+        )
+        .unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
         let s = schedule(&opt).unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
         out.push_str(&format!("# @{}\n", g.name()));
         out.push_str(&describe(&s));

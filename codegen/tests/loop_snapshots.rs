@@ -40,8 +40,13 @@ fn corpus_stems() -> Vec<String> {
 }
 
 fn scheduled(g: &Graph) -> Schedule {
-    let optimized = run_passes(g, &["decompose", "fuse"], &PassOptions::default(), true)
-        .unwrap_or_else(|e| panic!("@{}: passes failed: {e}", g.name()));
+    let optimized = run_passes(
+        g,
+        &["decompose", "fuse"],
+        &PassOptions::rendering(kiln_codegen::cpu::renders),
+        true,
+    )
+    .unwrap_or_else(|e| panic!("@{}: passes failed: {e}", g.name()));
     schedule(&optimized).unwrap_or_else(|e| panic!("@{}: schedule failed: {e}", g.name()))
 }
 
@@ -78,7 +83,8 @@ fn described(stem: &str) -> String {
     let mut out = String::new();
     for g in corpus_file(stem) {
         let s = scheduled(&g);
-        let text = describe(&s, false).unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
+        let text = describe(&s, false, &Default::default())
+            .unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
         let _ = writeln!(out, "## @{}\n{text}", g.name());
     }
     out
@@ -120,14 +126,14 @@ fn every_corpus_graph_gives_cranelift_ir() {
     for stem in corpus_stems() {
         for g in corpus_file(&stem) {
             let s = scheduled(&g);
-            let clif = describe(&s, true)
+            let clif = describe(&s, true, &Default::default())
                 .unwrap_or_else(|e| panic!("{stem}.kir @{}: describe(clif) failed: {e}", g.name()));
             assert!(
                 !clif.trim().is_empty(),
                 "{stem}.kir @{}: empty Cranelift IR description",
                 g.name()
             );
-            let nests = describe(&s, false)
+            let nests = describe(&s, false, &Default::default())
                 .unwrap_or_else(|e| panic!("{stem}.kir @{}: describe failed: {e}", g.name()));
             assert!(!nests.trim().is_empty(), "{stem}.kir @{}", g.name());
             checked += 1;
@@ -141,7 +147,7 @@ fn every_corpus_graph_gives_cranelift_ir() {
 #[test]
 fn clif_names_fitted_chains() {
     let g = &corpus_file("tiny_workload")[0];
-    let clif = describe(&scheduled(g), true).expect("describes");
+    let clif = describe(&scheduled(g), true, &Default::default()).expect("describes");
     let line = clif
         .lines()
         .find(|l| l.starts_with("; v30 = P(v5): 17 steps as one polynomial of degree "))

@@ -124,7 +124,9 @@ fn plan_for(op: &Op, args: &[Operand<'_>]) -> Result<(String, CachedOp)> {
     if let Some(p) = plans().lock().get(&key) {
         return Ok((key, p.clone()));
     }
-    let built = run_passes(&g, &["decompose", "fuse"], &PassOptions::default(), false)
+    let mut opts = PassOptions::default();
+    opts.decompose.renders = kiln_codegen::cuda::renders;
+    let built = run_passes(&g, &["decompose", "fuse"], &opts, false)
         .map_err(|e| e.to_string())
         .and_then(|opt| schedule(&opt).map_err(|e| e.to_string()))
         .and_then(|s| CudaPlan::new(&s).map_err(|e| e.to_string()))

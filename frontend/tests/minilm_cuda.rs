@@ -42,8 +42,13 @@ fn encoder_inputs(b: usize, s: usize, vocab: usize) -> [Tensor; 3] {
 fn kernels(graphs: &[Graph]) -> Vec<(String, Kernel)> {
     let mut out = Vec::new();
     for g in graphs {
-        let opt = run_passes(g, &["decompose", "fuse"], &PassOptions::default(), false)
-            .unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
+        let opt = run_passes(
+            g,
+            &["decompose", "fuse"],
+            &PassOptions::rendering(kiln_codegen::cuda::renders),
+            false,
+        )
+        .unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
         let s = schedule(&opt).unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
         out.extend(s.kernels.into_iter().map(|k| (g.name().to_string(), k)));
     }

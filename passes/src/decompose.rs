@@ -161,12 +161,33 @@ fn unary_decomposition(u: UnaryOp) -> Option<Decomposition> {
     })
 }
 
+/// Which ops a backend computes itself: a composite op it renders is kept whole, the others
+/// are lowered (tinygrad's late rewrites). Each backend declares its own (`kiln_codegen::
+/// cpu::renders`, `kiln_codegen::cuda::renders`), an exhaustive `match` over the op set.
+pub type Renders = fn(&Op) -> bool;
+
+/// Renders no composite op: `decompose` lowers every one (the backend-neutral default).
+pub fn renders_primitives(op: &Op) -> bool {
+    !op.is_composite()
+}
+
 /// How [`decompose_with`] decomposes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct DecomposeOptions {
     /// compute `f32` `mean`, `var`, `layer_norm` and `rms_norm` in `f64` (see the module
     /// docs: for programs run one kernel per op)
     pub f64_reductions: bool,
+    /// the composite ops the target backend renders natively (kept whole)
+    pub renders: Renders,
+}
+
+impl Default for DecomposeOptions {
+    fn default() -> Self {
+        DecomposeOptions {
+            f64_reductions: false,
+            renders: renders_primitives,
+        }
+    }
 }
 
 /// Rebuilds `g` with every composite node replaced by its decomposition: inputs (names and
@@ -214,7 +235,9 @@ pub fn decompose_with(g: &Graph, opts: &DecomposeOptions) -> Result<Graph, PassE
         );
         let f32_operand =
             matches!(args.first(), Some(Arg::Value(v)) if out.node(*v).ty.dtype == DType::F32);
-        let chosen = if opts.f64_reductions && reduces && f32_operand {
+        let chosen = if (opts.renders)(&node.op) {
+            None
+        } else if opts.f64_reductions && reduces && f32_operand {
             Some(in_f64 as Decomposition)
         } else {
             decomposition(&node.op)

@@ -33,3 +33,14 @@ pub enum PassError {
         reason: String,
     },
 }
+
+impl PassError {
+    /// True for a bug of a pass (its result is ill-typed or does not verify); false for
+    /// what a pass does not support, which callers may fall back from.
+    pub fn is_bug(&self) -> bool {
+        match self {
+            PassError::Graph { .. } | PassError::Verify { .. } => true,
+            PassError::UnknownPass(..) | PassError::Unsupported { .. } => false,
+        }
+    }
+}

@@ -17,6 +17,16 @@ pub struct PassOptions {
     pub decompose: DecomposeOptions,
 }
 
+impl PassOptions {
+    /// The default options for a backend that renders the composite ops `renders` accepts
+    /// (`decompose` lowers the others).
+    pub fn rendering(renders: crate::decompose::Renders) -> PassOptions {
+        let mut o = PassOptions::default();
+        o.decompose.renders = renders;
+        o
+    }
+}
+
 /// A pass: a named function from graph to graph.
 #[derive(Clone, Copy)]
 pub struct Pass {

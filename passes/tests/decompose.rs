@@ -1098,6 +1098,7 @@ fn decompose_f64(g: &Graph) -> Graph {
         g,
         &DecomposeOptions {
             f64_reductions: true,
+            ..Default::default()
         },
     )
     .unwrap()
@@ -1194,4 +1195,36 @@ fn f64_reductions_keep_constant_rows_exact_and_large_rows_finite() {
     }
     // the constant row normalises to exactly 0
     assert!(got[0].data[..5].iter().all(|v| *v == 0.0), "{:?}", got[0]);
+}
+
+/// A backend that renders a composite keeps it whole; the others are lowered.
+#[test]
+fn composites_a_backend_renders_are_kept() {
+    fn renders_gelu(op: &Op) -> bool {
+        !op.is_composite() || *op == Op::Unary(UnaryOp::Gelu)
+    }
+    let x = TensorType::new(DType::F32, Shape::of(&[3, 5]));
+    let mut g = Graph::new("g");
+    let i = g.add_input("x", x).unwrap();
+    let a = g
+        .add_op(Op::Unary(UnaryOp::Gelu), &[i.into()], None)
+        .unwrap();
+    let b = g
+        .add_op(Op::Unary(UnaryOp::Silu), &[a.into()], None)
+        .unwrap();
+    g.set_outputs(vec![b]).unwrap();
+    let d = decompose_with(
+        &g,
+        &DecomposeOptions {
+            renders: renders_gelu,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ops: Vec<&str> = d.nodes().map(|(_, n)| n.op.name()).collect();
+    assert!(ops.contains(&"gelu"), "{ops:?}");
+    assert!(
+        !ops.contains(&"silu") && ops.contains(&"sigmoid"),
+        "{ops:?}"
+    );
 }

@@ -23,6 +23,7 @@ mod kernels;
 mod raw;
 mod storage;
 mod tensor;
+mod tensor_copy;
 mod transpose;
 
 pub use alloc::{allocator_stats, empty_cache, AllocStats};

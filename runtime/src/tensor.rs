@@ -2,11 +2,9 @@
 
 use crate::element::{with_dtype, Element, Kern};
 use crate::error::RuntimeError;
-use crate::iter;
 use crate::storage::Storage;
 use kiln_ir::{DType, Shape, TensorType};
 use smallvec::SmallVec;
-use std::fmt;
 use std::sync::Arc;
 
 /// Sizes of a tensor's dims (rank ≤ 6 inline).
@@ -19,11 +17,11 @@ pub(crate) type Strides = SmallVec<[isize; 6]>;
 /// expand and slice share storage with their source.
 #[derive(Clone)]
 pub struct CpuTensor {
-    storage: Arc<Storage>,
-    dtype: DType,
-    shape: Dims,
-    strides: Strides,
-    offset: usize,
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Dims,
+    pub(crate) strides: Strides,
+    pub(crate) offset: usize,
 }
 
 /// Row-major (contiguous) strides of `shape`, in elements (dims of size 0 count as 1).
@@ -108,22 +106,6 @@ impl CpuTensor {
             });
             CpuTensor::from_storage(s, &[])
         })
-    }
-
-    /// The values as f64, in logical row-major order, whatever the layout.
-    pub fn to_f64_vec(&self) -> Vec<f64> {
-        with_dtype!(self.dtype, T => iter::gather::<T, f64>(self, |x: T| x.to_f64()))
-    }
-
-    /// The values in logical row-major order; `T` must be the tensor's element type.
-    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>, RuntimeError> {
-        if T::DTYPE != self.dtype {
-            return Err(RuntimeError::DTypeMismatch {
-                expected: T::DTYPE,
-                got: self.dtype,
-            });
-        }
-        Ok(iter::gather::<T, T>(self, |x: T| x))
     }
 
     /// The element type.
@@ -241,48 +223,6 @@ impl CpuTensor {
         lo >= 0 && hi < len
     }
 
-    /// A row-major copy of this tensor when a loop along its last dim would read scattered
-    /// memory (that dim's stride is over 16 elements, and the tensor has at least 4096
-    /// elements and no broadcast dims), so that a blocked copy first is cheaper than the
-    /// scattered reads; `None` otherwise. The eager kernels use the same rule; generated
-    /// kernels ask before reading an input along its last dim.
-    pub fn densified(&self) -> Option<CpuTensor> {
-        let last = self.rank().checked_sub(1)?;
-        if self.shape[last] <= 1 || self.strides.contains(&0) {
-            return None;
-        }
-        crate::iter::densify(self, self.strides[last])
-    }
-
-    /// This tensor if contiguous, else a contiguous copy (for kernels that read rows).
-    pub(crate) fn contiguous(&self) -> CpuTensor {
-        if self.is_contiguous() {
-            self.clone()
-        } else {
-            self.copy_as(self.dtype)
-        }
-    }
-
-    /// A fresh contiguous copy converted to `dtype` (cast semantics).
-    pub(crate) fn copy_as(&self, dtype: DType) -> CpuTensor {
-        if dtype == self.dtype {
-            let fast = with_dtype!(self.dtype, T => crate::transpose::transposed_copy::<T>(self));
-            if let Some(t) = fast {
-                return t;
-            }
-        }
-        with_dtype!(self.dtype, A => with_dtype!(dtype, B => iter::map1::<A, B>(self, 1 << 15, |x: A| x.cast::<B>())))
-    }
-
-    /// This tensor if it already has `dtype`, else a converted copy (for reading only).
-    pub(crate) fn to_dtype(&self, dtype: DType) -> CpuTensor {
-        if self.dtype == dtype {
-            self.clone()
-        } else {
-            self.copy_as(dtype)
-        }
-    }
-
     /// True when no two index tuples reach the same element (safe to write through).
     pub(crate) fn is_non_overlapping(&self) -> bool {
         if self.numel() <= 1 {
@@ -325,32 +265,6 @@ fn check_len(op: &'static str, len: usize, shape: &[usize]) -> Result<(), Runtim
             shape: shape.to_vec(),
             reason: "the element count overflows".into(),
         }),
-    }
-}
-
-impl fmt::Debug for CpuTensor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CpuTensor({}{:?}", self.dtype, self.shape.as_slice())?;
-        if !self.is_contiguous() || self.offset != 0 {
-            write!(
-                f,
-                ", strides {:?}, offset {}",
-                self.strides.as_slice(),
-                self.offset
-            )?;
-        }
-        let n = self.numel();
-        if n <= 16 {
-            write!(f, ", {:?})", self.to_f64_vec())
-        } else {
-            // Only the first row-major elements: view the leading ones without copying all.
-            let head = crate::kernels::layout::view_strides(&self.shape, &self.strides, &[n])
-                .map(|st| self.view_unchecked(&[8], &st, self.offset).to_f64_vec());
-            match head {
-                Some(v) => write!(f, ", {v:?} ... ({n} values))"),
-                None => write!(f, ", {n} values)"),
-            }
-        }
     }
 }
 

@@ -3,10 +3,10 @@
 //! is a short finite interval, where a polynomial cheaper than the chain's own ops follows
 //! the chain's f64 composition within the fits' tolerance (1.5 ulp of 1, relative, on a
 //! dense sweep). The other members are then not computed at all. A chain no such polynomial
-//! follows keeps its ops (each transcendental may still be fitted alone). `KILN_NO_CHAIN_FITS`
+//! follows keeps its ops (each transcendental may still be fitted alone). `CodegenOptions::chain_fits`
 //! turns this off, for measurements.
 
-use super::emit::stmt_cost;
+use super::cost::stmt_cost;
 use super::math::{fit_chain, Fitted};
 use crate::loops::{unary_chains, LoopNest, ValueId, ValueRange};
 use std::collections::{HashMap, HashSet};
@@ -36,10 +36,16 @@ pub(crate) struct ChainFits {
     pub(crate) absorbed: HashSet<ValueId>,
 }
 
-/// The chains of `nest` worth fitting (polynomials for an FMA host when `fma`).
-pub(crate) fn chain_fits(nest: &LoopNest, ranges: &[ValueRange], fma: bool) -> ChainFits {
+/// The chains of `nest` worth fitting (polynomials for an FMA host when `fma`); none when
+/// `enabled` is false (`CodegenOptions::chain_fits`).
+pub(crate) fn chain_fits(
+    nest: &LoopNest,
+    ranges: &[ValueRange],
+    fma: bool,
+    enabled: bool,
+) -> ChainFits {
     let mut out = ChainFits::default();
-    if std::env::var_os("KILN_NO_CHAIN_FITS").is_some() {
+    if !enabled {
         return out;
     }
     for chain in unary_chains(&nest.body, &nest.stores, ranges) {

@@ -8,11 +8,12 @@ use super::jit::host_fma;
 use super::plan::{CpuKernel, CpuPlan};
 use crate::error::CodegenError;
 use crate::loops::{value_ranges, LoopNest, Role};
+use crate::CodegenOptions;
 use kiln_passes::schedule::Schedule;
 use std::fmt::Write;
 
 /// The specialisation a nest gets when every tensor is contiguous and no dims collapse.
-pub fn default_spec(nest: &LoopNest) -> Spec {
+pub fn default_spec(nest: &LoopNest, opts: &CodegenOptions) -> Spec {
     let inner = nest.inner();
     let access = nest
         .buffers
@@ -30,20 +31,22 @@ pub fn default_spec(nest: &LoopNest) -> Spec {
     Spec {
         outer,
         access,
-        row_group: row_group(nest, outer),
+        row_group: row_group(nest, outer, opts),
+        opts: opts.clone(),
     }
 }
 
 /// The loop nests (or, with `clif`, the Cranelift IR at [`default_spec`]) of every kernel
 /// of a schedule, each after a comment line saying how the kernel runs.
-pub fn describe(s: &Schedule, clif: bool) -> Result<String, CodegenError> {
-    let plan = CpuPlan::new(s)?;
+pub fn describe(s: &Schedule, clif: bool, opts: &CodegenOptions) -> Result<String, CodegenError> {
+    let plan = CpuPlan::with_options(s, opts)?;
     let mut out = String::new();
     let show = |out: &mut String, nest: &LoopNest| -> Result<(), CodegenError> {
         if clif {
-            let spec = default_spec(nest);
+            let spec = default_spec(nest, opts);
             let _ = writeln!(out, "; {} at {:?}", nest.name, spec);
-            for line in chain_fits(nest, &value_ranges(&nest.body), host_fma()).describe() {
+            let fits = chain_fits(nest, &value_ranges(&nest.body), host_fma(), opts.chain_fits);
+            for line in fits.describe() {
                 let _ = writeln!(out, "{line}");
             }
             out.push_str(&clif_text(nest, &spec)?);

@@ -10,13 +10,13 @@
 
 use super::chain_fits::{chain_fits, ChainFits};
 use super::const_pool;
-use super::math::{fitted_cost, pool_const, Math};
+use super::math::{pool_const, Math};
 use crate::loops::{value_ranges, Expr, LoopNest, Phase, Role, ScalarType, ValueId, ValueRange};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Function, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
-use kiln_ir::{BinaryOp, CostClass, DTypeRule, ReduceOp, UnaryOp};
+use kiln_ir::{BinaryOp, DTypeRule, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 /// How a buffer is addressed along the inner loop.
@@ -42,6 +42,8 @@ pub struct Spec {
     /// rows a row kernel (a nest that reduces, with outer dims) steps together while that
     /// many are left, the rest one at a time; 1 for every other nest. See [`row_group`].
     pub row_group: usize,
+    /// the code generation options it is compiled with
+    pub opts: crate::CodegenOptions,
 }
 
 const LANES: i64 = 4;
@@ -58,31 +60,11 @@ fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
 }
 
-/// The rough cost of one statement per element, in simple vector instructions: a
-/// transcendental is about 24 (or its fitted polynomial's length plus 2 where its argument's
-/// range, from `ranges`, allows one: see `math/fitted.rs`), `pow` (libm per lane) about 48.
-pub(crate) fn stmt_cost(e: &Expr, ranges: &[ValueRange]) -> usize {
-    match e {
-        Expr::Unary(u, x) => match u.info().cost {
-            CostClass::Transcendental => {
-                let range = ranges.get(*x).copied().unwrap_or(ValueRange::ANY);
-                fitted_cost(*u, range).unwrap_or(CostClass::Transcendental.instructions())
-            }
-            cost => cost.instructions(),
-        },
-        Expr::Binary(b, ..) => b.info().cost.instructions(),
-        _ => 1,
-    }
-}
-
 /// Unroll factor: how many vectors of the inner loop one iteration computes
-/// (`KILN_UNROLL` overrides it, for measurements).
-fn unroll(costs: &[usize], point: &[ValueId], reduces: &[ValueId]) -> i64 {
+/// (`CodegenOptions::unroll` overrides it, for measurements).
+fn unroll(costs: &[usize], point: &[ValueId], reduces: &[ValueId], forced: Option<i64>) -> i64 {
     let weight: usize = point.iter().map(|&v| costs[v]).sum();
-    if let Some(u) = std::env::var("KILN_UNROLL")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    if let Some(u) = forced {
         return u;
     }
     // The copies' statements interleave (see `point_values`), so more copies mean more
@@ -232,7 +214,7 @@ pub(crate) fn emit_nest(
         costs: Vec::new(),
     };
     e.ranges = value_ranges(&nest.body);
-    e.chains = chain_fits(nest, &e.ranges, fma);
+    e.chains = chain_fits(nest, &e.ranges, fma, spec.opts.chain_fits);
     e.costs = e.chains.costs(nest, &e.ranges);
     let r = b.declare_var(types::I64);
     b.def_var(r, r0);
@@ -301,7 +283,7 @@ fn row_loop(
             } => {
                 // in a group each row keeps its own unroll: more chains in flight, measured
                 // faster than dividing it among the rows (reduce 1.60 ms against 1.94)
-                let u = unroll(&e.costs, point, reduces);
+                let u = unroll(&e.costs, point, reduces, e.spec.opts.unroll);
                 e.inner_loop_rows(b, &mut rows, point, reduces, stores, inner, u);
             }
             _ => {
@@ -325,17 +307,13 @@ fn row_loop(
 /// workload (`kiln bench`, 2 cores, medians, same run): reduce 0.85-1.17 ms against
 /// 1.50-1.51 (group 2: 1.15 against 0.75 in a tight loop), layernorm 1.01-1.24 against
 /// 1.75-1.81, softmax 2.66-2.68 against 2.91-2.96, minilm 61.8-62.4 against 63.7-68.3,
-/// block unchanged. So the default is 1; `KILN_ROW_GROUP` overrides it (the grouped path
-/// is kept, and tested bit for bit against single rows).
-pub fn row_group(nest: &LoopNest, outer: usize) -> usize {
+/// block unchanged. So the default is 1; `CodegenOptions::row_group` overrides it (the
+/// grouped path is kept, and tested bit for bit against single rows).
+pub fn row_group(nest: &LoopNest, outer: usize, opts: &crate::CodegenOptions) -> usize {
     if !nest.reduces || outer == 0 {
         return 1;
     }
-    std::env::var("KILN_ROW_GROUP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&g: &usize| (1..=8).contains(&g))
-        .unwrap_or(1)
+    opts.row_group.clamp(1, 8)
 }
 
 fn module_config(module: &JITModule) -> cranelift_codegen::isa::TargetFrontendConfig {

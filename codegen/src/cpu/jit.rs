@@ -5,6 +5,7 @@ use super::emit::{emit_nest, Spec};
 use super::math::libm_symbols;
 use crate::error::CodegenError;
 use crate::loops::LoopNest;
+use crate::ClifOpt;
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::{CompiledCode, Context};
@@ -34,7 +35,7 @@ struct Jit {
 // once finalised and lives as long as the process.
 unsafe impl Send for Jit {}
 
-fn host_isa() -> Result<OwnedTargetIsa, CodegenError> {
+fn host_isa(opt: ClifOpt) -> Result<OwnedTargetIsa, CodegenError> {
     let err = |e: String| CodegenError::Jit {
         kernel: "<isa>".to_string(),
         reason: e,
@@ -43,9 +44,9 @@ fn host_isa() -> Result<OwnedTargetIsa, CodegenError> {
     // `none` by default: at `speed`, Cranelift's e-graph pass sinks a reduction's result
     // (the horizontal combine of the accumulators and its splat) into the next inner loop
     // and recomputes it every iteration; the loop nests already place each value where it
-    // belongs. KILN_CLIF_OPT=speed turns the optimiser back on for comparison.
-    let opt = std::env::var("KILN_CLIF_OPT").unwrap_or_else(|_| "none".to_string());
-    fb.set("opt_level", &opt).map_err(|e| err(e.to_string()))?;
+    // belongs. `CodegenOptions::clif_opt` turns the optimiser back on for comparison.
+    fb.set("opt_level", opt.setting())
+        .map_err(|e| err(e.to_string()))?;
     fb.set("is_pic", "false").map_err(|e| err(e.to_string()))?;
     fb.set("use_colocated_libcalls", "false")
         .map_err(|e| err(e.to_string()))?;
@@ -54,10 +55,18 @@ fn host_isa() -> Result<OwnedTargetIsa, CodegenError> {
         .map_err(|e| err(e.to_string()))
 }
 
-fn jit() -> Result<&'static Mutex<Jit>, CodegenError> {
-    static JIT: OnceLock<Result<Mutex<Jit>, CodegenError>> = OnceLock::new();
-    JIT.get_or_init(|| {
-        let isa = host_isa()?;
+/// The module for Cranelift optimisation level `opt` (one per level: the level is a
+/// setting of the module's ISA).
+fn jit(opt: ClifOpt) -> Result<&'static Mutex<Jit>, CodegenError> {
+    type Slot = OnceLock<Result<Mutex<Jit>, CodegenError>>;
+    static JITS: [Slot; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let slot = match opt {
+        ClifOpt::None => &JITS[0],
+        ClifOpt::Speed => &JITS[1],
+        ClifOpt::SpeedAndSize => &JITS[2],
+    };
+    slot.get_or_init(|| {
+        let isa = host_isa(opt)?;
         let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
         for (name, ptr) in libm_symbols() {
             jb.symbol(name, ptr);
@@ -108,7 +117,7 @@ fn key(nest: &LoopNest, spec: &Spec) -> String {
 /// The compiled kernel of `nest` at `spec`, compiling it unless an identical one exists.
 pub(crate) fn compile(nest: &LoopNest, spec: &Spec) -> Result<KernelFn, CodegenError> {
     let k = key(nest, spec);
-    let mut j = jit()?.lock();
+    let mut j = jit(spec.opts.clif_opt)?.lock();
     if let Some(f) = j.cache.get(&k) {
         return Ok(*f);
     }
@@ -160,21 +169,24 @@ fn compile_keeping_cuts(
 
 /// The Cranelift IR of `nest` at `spec`, as text (`kiln dump --stage clif`).
 pub fn clif_text(nest: &LoopNest, spec: &Spec) -> Result<String, CodegenError> {
-    let mut j = jit()?.lock();
+    let mut j = jit(spec.opts.clif_opt)?.lock();
     let mut text = String::new();
     define(&mut j, nest, spec, Some(&mut text))?;
     Ok(text)
 }
 
-/// Kernels compiled so far in this process and the time spent compiling them.
+/// Kernels compiled so far in this process and the time spent compiling them (every
+/// optimisation level's module together).
 pub fn jit_stats() -> (usize, Duration) {
-    match jit() {
-        Ok(j) => {
+    let mut total = (0, Duration::ZERO);
+    for opt in [ClifOpt::None, ClifOpt::Speed, ClifOpt::SpeedAndSize] {
+        if let Ok(j) = jit(opt) {
             let j = j.lock();
-            (j.compiled, j.compile_time)
+            total.0 += j.compiled;
+            total.1 += j.compile_time;
         }
-        Err(_) => (0, Duration::ZERO),
     }
+    total
 }
 
 fn define(
@@ -206,7 +218,7 @@ fn define(
     let mut ctx: Context = module.make_context();
     ctx.func.signature = sig;
     emit_nest(module, fctx, &mut ctx.func, nest, spec, host_fma()).map_err(err)?;
-    if std::env::var_os("KILN_NO_CUTS").is_none() {
+    if spec.opts.cuts {
         super::cuts::cut_multi_use_vectors(&mut ctx.func);
     }
     if let Some(t) = text {
@@ -215,7 +227,7 @@ fn define(
         // the function stays declared but undefined; it is never called
         return Ok(unused_kernel);
     }
-    let asm = std::env::var_os("KILN_ASM").is_some();
+    let asm = spec.opts.print_asm;
     let code = compile_keeping_cuts(module, &mut ctx, asm).map_err(err)?;
     let relocs: Vec<ModuleReloc> = code
         .buffer

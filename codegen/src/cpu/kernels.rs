@@ -150,12 +150,12 @@ struct Epilogue {
 
 impl MatmulKernel {
     /// The generated form of a group whose first op is an f32 matmul, if it has one.
-    pub fn new(body: &Graph) -> Result<MatmulKernel, Unsupported> {
+    pub fn new(body: &Graph, opts: &crate::CodegenOptions) -> Result<MatmulKernel, Unsupported> {
         let split = split_matmul_group(body)?;
         let epilogue = match split.epilogue {
             None => None,
             Some(e) => Some(Epilogue {
-                nest: NestKernel::new(lower_kernel(&e.graph)?),
+                nest: NestKernel::new(lower_kernel(&e.graph)?, opts),
                 inputs: e.inputs,
                 by_rows: e.by_rows,
             }),

@@ -4,6 +4,7 @@
 
 mod chain_fits;
 pub(crate) mod const_pool;
+mod cost;
 mod cuts;
 pub mod dump;
 pub mod emit;
@@ -19,3 +20,80 @@ mod row_group_tests;
 pub use emit::{InnerAccess, Spec};
 pub use jit::{clif_text, jit_stats, KernelFn};
 pub use plan::{kernel_for, CpuKernel, CpuPlan};
+
+/// The ops the cpu backend renders itself: every primitive (as generated code or with the
+/// eager kernels), and the composites it has a routine for (`gelu` in both forms, `silu`);
+/// `decompose` lowers the other composites for it. One exhaustive match: a new op must say.
+pub fn renders(op: &kiln_ir::Op) -> bool {
+    use kiln_ir::{Op, UnaryOp};
+    match op {
+        Op::Unary(u) => match u {
+            UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::Silu => true,
+            UnaryOp::Relu6 | UnaryOp::Hardswish | UnaryOp::Mish => false,
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Recip
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Tanh
+            | UnaryOp::Erf
+            | UnaryOp::Sigmoid
+            | UnaryOp::Relu
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Trunc
+            | UnaryOp::Sign
+            | UnaryOp::Log1p
+            | UnaryOp::Expm1
+            | UnaryOp::Log2
+            | UnaryOp::Exp2
+            | UnaryOp::Tan
+            | UnaryOp::Atan
+            | UnaryOp::Isnan
+            | UnaryOp::Isinf
+            | UnaryOp::LogicalNot
+            | UnaryOp::BitwiseNot => true,
+        },
+        // composites lowered for fusion: their parts fuse with their neighbours
+        Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::Linear
+        | Op::Var { .. }
+        | Op::Clamp
+        | Op::Hardtanh { .. }
+        | Op::LeakyRelu { .. }
+        | Op::Elu { .. }
+        | Op::Softplus { .. }
+        | Op::NanToNum { .. } => false,
+        Op::Reduce { op, .. } => !matches!(op, kiln_ir::ReduceOp::Mean),
+        Op::Input
+        | Op::Full { .. }
+        | Op::Arange { .. }
+        | Op::Rand { .. }
+        | Op::Randn { .. }
+        | Op::FromVec { .. }
+        | Op::Binary(_)
+        | Op::Inplace(_)
+        | Op::Where
+        | Op::Argmax { .. }
+        | Op::Matmul
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::Transpose { .. }
+        | Op::Expand { .. }
+        | Op::Slice { .. }
+        | Op::Cat { .. }
+        | Op::IndexSelect { .. }
+        | Op::Cast { .. }
+        | Op::Contiguous
+        | Op::Triu { .. }
+        | Op::Tril { .. } => true,
+    }
+}

@@ -10,6 +10,7 @@ use super::jit::{compile, host_fma, KernelFn};
 use super::pool;
 use crate::error::CodegenError;
 use crate::loops::{value_ranges, Expr, LoopNest};
+use crate::CodegenOptions;
 use kiln_ir::Dim;
 use kiln_runtime::CpuTensor;
 use parking_lot::Mutex;
@@ -28,12 +29,12 @@ const PARALLEL_MIN_COST: usize = 1 << 17;
 const BALANCE_MIN_COST: usize = 1 << 21;
 
 /// The estimated work of one point of `nest` (row values are once per row and not counted):
-/// each statement's `emit::stmt_cost` (1 for a load or a cheap op, ~24 for a polynomial
+/// each statement's `cost::stmt_cost` (1 for a load or a cheap op, ~24 for a polynomial
 /// transcendental, less for one fitted to its argument's range, and a unary chain fitted as
 /// one polynomial counted as that polynomial: see `chain_fits.rs`), plus one per store.
-pub fn element_cost(nest: &LoopNest) -> usize {
+pub fn element_cost(nest: &LoopNest, opts: &CodegenOptions) -> usize {
     let ranges = value_ranges(&nest.body);
-    let costs = chain_fits(nest, &ranges, host_fma()).costs(nest, &ranges);
+    let costs = chain_fits(nest, &ranges, host_fma(), opts.chain_fits).costs(nest, &ranges);
     let body: usize = nest
         .body
         .iter()
@@ -55,8 +56,8 @@ pub struct NestKernel {
     compiled: Mutex<HashMap<Spec, KernelFn>>,
     /// the layout of the last call, reused while the tensors' shapes and strides repeat
     last: Mutex<Option<Arc<CallLayout>>>,
-    /// the rows a row kernel steps together (`None`: [`row_group`]'s choice)
-    row_group: Option<usize>,
+    /// how its specialisations are generated
+    opts: CodegenOptions,
 }
 
 /// A tensor's shape and strides.
@@ -160,20 +161,20 @@ impl PreparedCall {
 }
 
 impl NestKernel {
-    /// Wraps a nest; nothing is compiled until a call needs a specialisation.
-    pub fn new(nest: LoopNest) -> NestKernel {
+    /// Wraps a nest; nothing is compiled until a call needs a specialisation (with `opts`).
+    pub fn new(nest: LoopNest, opts: &CodegenOptions) -> NestKernel {
         let flat = !nest.reduces
             && nest
                 .body
                 .iter()
                 .all(|s| !s.row || matches!(s.expr, Expr::Const(_)));
         NestKernel {
-            cost: element_cost(&nest),
+            cost: element_cost(&nest, opts),
             nest,
             flat,
             compiled: Mutex::new(HashMap::new()),
             last: Mutex::new(None),
-            row_group: None,
+            opts: opts.clone(),
         }
     }
 
@@ -181,7 +182,7 @@ impl NestKernel {
     /// path, which [`row_group`] may not choose on this machine, with single rows).
     #[cfg(test)]
     pub(crate) fn with_row_group(mut self, g: usize) -> NestKernel {
-        self.row_group = Some(g);
+        self.opts.row_group = g;
         self
     }
 
@@ -343,9 +344,8 @@ impl NestKernel {
         let spec = Spec {
             outer: outer.len(),
             access,
-            row_group: self
-                .row_group
-                .unwrap_or_else(|| row_group(&self.nest, outer.len())),
+            row_group: row_group(&self.nest, outer.len(), &self.opts),
+            opts: self.opts.clone(),
         };
         let f = self.kernel(&spec)?;
         let k = outer.len();

@@ -7,6 +7,7 @@ use super::kernels::{bind_inputs, concrete, run_graph, Bindings, EagerKernel, Ma
 use super::nest_exec::NestKernel;
 use crate::error::CodegenError;
 use crate::loops::{lower_kernel, LoopNest};
+use crate::CodegenOptions;
 use kiln_ir::{DType, Graph, NodeId, Op};
 use kiln_passes::egraph::lang::GroupKind;
 use kiln_passes::schedule::Schedule;
@@ -78,9 +79,9 @@ impl fmt::Debug for CpuPlan {
 }
 
 /// The generated form of one kernel group: a nest, a GEMM with epilogue, or eager.
-pub fn kernel_for(body: &Graph, kind: GroupKind) -> CpuKernel {
+pub fn kernel_for(body: &Graph, kind: GroupKind, opts: &CodegenOptions) -> CpuKernel {
     if kind == GroupKind::Matmul || body.nodes().any(|(_, n)| n.op == Op::Matmul) {
-        return match MatmulKernel::new(body) {
+        return match MatmulKernel::new(body, opts) {
             Ok(m) => CpuKernel::Matmul(m),
             Err(e) => CpuKernel::Eager(EagerKernel {
                 body: body.clone(),
@@ -89,7 +90,7 @@ pub fn kernel_for(body: &Graph, kind: GroupKind) -> CpuKernel {
         };
     }
     match lower_kernel(body) {
-        Ok(nest) => CpuKernel::Nest(NestKernel::new(nest)),
+        Ok(nest) => CpuKernel::Nest(NestKernel::new(nest, opts)),
         Err(e) => CpuKernel::Eager(EagerKernel {
             body: body.clone(),
             reason: e.reason,
@@ -98,8 +99,13 @@ pub fn kernel_for(body: &Graph, kind: GroupKind) -> CpuKernel {
 }
 
 impl CpuPlan {
-    /// Builds the plan of a schedule.
+    /// Builds the plan of a schedule with the default code generation options.
     pub fn new(s: &Schedule) -> Result<CpuPlan, CodegenError> {
+        CpuPlan::with_options(s, &CodegenOptions::default())
+    }
+
+    /// Builds the plan of a schedule, its kernels generated with `opts`.
+    pub fn with_options(s: &Schedule, opts: &CodegenOptions) -> Result<CpuPlan, CodegenError> {
         let start = Instant::now();
         let g = &s.graph;
         let mut steps = Vec::new();
@@ -108,7 +114,7 @@ impl CpuPlan {
             steps.push(Step {
                 name: k.body.name().to_string(),
                 body: k.body.clone(),
-                kernel: kernel_for(&k.body, k.kind),
+                kernel: kernel_for(&k.body, k.kind, opts),
                 inputs: k.inputs.clone(),
                 outputs: k.outputs.clone(),
             });

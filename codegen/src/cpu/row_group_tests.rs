@@ -74,11 +74,18 @@ fn grouped_rows_match_single_rows_bit_for_bit() {
     for g in parse_module(GRAPHS).expect("valid IR") {
         for (rows, cols) in [(1, 1), (3, 37), (11, 50), (13, 783), (9, 4)] {
             let size = |s: &str| if s == "R" { rows } else { cols };
-            let opt = run_passes(&g, &["decompose", "fuse"], &PassOptions::default(), false)
-                .expect("passes");
+            let opt = run_passes(
+                &g,
+                &["decompose", "fuse"],
+                &PassOptions::rendering(crate::cpu::renders),
+                false,
+            )
+            .expect("passes");
             let s = schedule(&opt).expect("schedules");
             for k in &s.kernels {
-                let CpuKernel::Nest(nest) = kernel_for(&k.body, k.kind) else {
+                let CpuKernel::Nest(nest) =
+                    kernel_for(&k.body, k.kind, &crate::CodegenOptions::default())
+                else {
                     continue;
                 };
                 if !nest.nest.reduces {
@@ -127,10 +134,14 @@ fn grouped_rows_match_single_rows_bit_for_bit() {
                     })
                     .collect();
                 for inputs in [&contiguous, &strided] {
-                    let single = NestKernel::new(nest.nest.clone()).with_row_group(1);
+                    let single =
+                        NestKernel::new(nest.nest.clone(), &crate::CodegenOptions::default())
+                            .with_row_group(1);
                     let want = run_grouped(&single, inputs, &outs, rows);
                     for group in [2, 4, 8] {
-                        let grouped = NestKernel::new(nest.nest.clone()).with_row_group(group);
+                        let grouped =
+                            NestKernel::new(nest.nest.clone(), &crate::CodegenOptions::default())
+                                .with_row_group(group);
                         for split in [0, 1, 5] {
                             let got = run_grouped(&grouped, inputs, &outs, split);
                             let first_diff =

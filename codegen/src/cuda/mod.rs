@@ -55,3 +55,49 @@ pub fn group_kernel(body: &Graph) -> Result<CudaKernel, String> {
         Err(e) => gather_kernel(body).map_err(|_| e.reason),
     }
 }
+
+/// The ops the cuda backend renders itself: every primitive (as a generated kernel, a
+/// gather, cuBLAS or a host step), and the composite activations its C has an expression
+/// for (`gelu`, `silu`, `relu6`, `hardswish`, `mish`); `decompose` lowers the rest. One
+/// exhaustive match: a new op must say.
+pub fn renders(op: &kiln_ir::Op) -> bool {
+    use kiln_ir::Op;
+    match op {
+        Op::Unary(_) => true,
+        Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::Linear
+        | Op::Var { .. }
+        | Op::Clamp
+        | Op::Hardtanh { .. }
+        | Op::LeakyRelu { .. }
+        | Op::Elu { .. }
+        | Op::Softplus { .. }
+        | Op::NanToNum { .. } => false,
+        Op::Reduce { op, .. } => !matches!(op, kiln_ir::ReduceOp::Mean),
+        Op::Input
+        | Op::Full { .. }
+        | Op::Arange { .. }
+        | Op::Rand { .. }
+        | Op::Randn { .. }
+        | Op::FromVec { .. }
+        | Op::Binary(_)
+        | Op::Inplace(_)
+        | Op::Where
+        | Op::Argmax { .. }
+        | Op::Matmul
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::Transpose { .. }
+        | Op::Expand { .. }
+        | Op::Slice { .. }
+        | Op::Cat { .. }
+        | Op::IndexSelect { .. }
+        | Op::Cast { .. }
+        | Op::Contiguous
+        | Op::Triu { .. }
+        | Op::Tril { .. } => true,
+    }
+}

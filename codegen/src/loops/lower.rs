@@ -246,7 +246,6 @@ impl<'g> Lowering<'g> {
                 value: value_of[&o],
             });
         }
-        super::activations::fuse_activations(&mut body);
         reciprocal_row_divisors(&mut body);
         let phases = plan_phases(&body, &stores);
         let mut nest = LoopNest {

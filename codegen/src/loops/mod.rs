@@ -12,7 +12,6 @@
 //! stores the outputs. The CPU backend turns a nest into Cranelift IR; the CUDA backend
 //! lowers the same form.
 
-mod activations;
 mod chains;
 mod display;
 mod lower;

@@ -95,7 +95,7 @@ fn passes_tour() -> Result<(), CliError> {
     let model = kiln::models::build("softmax", Some(&[64, 1000]))?;
     let compiled = kiln::compile(|xs: &[Tensor]| model.forward(xs));
     let traced = compiled.capture(&model.example_inputs(0)?)?;
-    let opts = PassOptions::default();
+    let opts = PassOptions::rendering(kiln_codegen::cpu::renders);
     let decomposed = run_passes(&traced[0], &["decompose"], &opts, true)?;
     print!("{decomposed}");
     let fused = run_passes(&decomposed, &["fuse"], &opts, true)?;
@@ -104,7 +104,12 @@ fn passes_tour() -> Result<(), CliError> {
     println!("\n== the cpu backend: the kernel as a loop nest, then Cranelift machine code ==");
     print!(
         "{}",
-        kiln_codegen::cpu::dump::describe(&schedule, false).map_err(|e| e.to_string())?
+        kiln_codegen::cpu::dump::describe(
+            &schedule,
+            false,
+            &kiln_codegen::CodegenOptions::from_env()
+        )
+        .map_err(|e| e.to_string())?
     );
     let inputs = model.example_inputs(1)?;
     let eager = model.forward(&inputs)?;

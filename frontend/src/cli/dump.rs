@@ -19,7 +19,13 @@ fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
         s => s.name(),
     };
     let passes = stage_passes(pipeline).ok_or("unknown stage")?;
-    let opts = PassOptions::default();
+    // the pipeline the backend whose stage is printed runs: the composites it renders stay
+    let mut opts = PassOptions::default();
+    opts.decompose.renders = if matches!(stage, Stage::Cuda | Stage::Ptx) {
+        kiln_codegen::cuda::renders
+    } else {
+        kiln_codegen::cpu::renders
+    };
     let mut out = Vec::new();
     for g in graphs {
         out.push(run_passes(g, passes, &opts, true)?);
@@ -42,7 +48,8 @@ fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
     } else if matches!(stage, Stage::Loops | Stage::Clif) {
         for g in &out {
             let s = kiln_passes::schedule::schedule(g)?;
-            let text = kiln_codegen::cpu::dump::describe(&s, stage == Stage::Clif)
+            let codegen = kiln_codegen::CodegenOptions::from_env();
+            let text = kiln_codegen::cpu::dump::describe(&s, stage == Stage::Clif, &codegen)
                 .map_err(|e| e.to_string())?;
             print!("{text}");
         }

@@ -57,12 +57,11 @@ impl Backend {
     /// Compiles `g` (already verified) into something that runs; `fusion: false` keeps
     /// every op its own kernel (the generated-code backends), `mode` is the cuda backend's.
     pub(crate) fn compile(self, g: &Graph, opts: &CompileOptions) -> Result<Box<dyn Executable>> {
-        let fusion = opts.fusion;
         Ok(match self {
-            Backend::Cpu => Box::new(CpuExecutable::new(g, fusion)?),
+            Backend::Cpu => Box::new(CpuExecutable::new(g, opts)?),
             Backend::Eager => Box::new(EagerPlan::new(g)),
             Backend::Interp => Box::new(InterpPlan { graph: g.clone() }),
-            Backend::Cuda => CudaExecutable::compile(g, fusion, opts.mode)?,
+            Backend::Cuda => CudaExecutable::compile(g, opts)?,
         })
     }
 }
@@ -269,43 +268,98 @@ impl Executable for InterpPlan {
     }
 }
 
-/// The cpu backend's compiled form: a plan of generated kernels.
-/// The schedule the generated-code backends compile: decompose and fuse, or decompose
-/// alone (one kernel per op).
-fn schedule_for(g: &Graph, fusion: bool) -> Result<Schedule> {
-    let err = |reason: String| Error::Compile {
-        function: g.name().to_string(),
-        reason,
-    };
+/// Why a program could not be built for a generated-code backend: a compiler bug (an
+/// error, whatever the fallbacks), or something the backend does not support (the caller
+/// falls back: a fused program to one kernel per op, a cuda plan to the cpu backend).
+enum BuildError {
+    Bug(String),
+    Unsupported(String),
+}
+
+impl BuildError {
+    fn pass(e: kiln_passes::PassError) -> BuildError {
+        if e.is_bug() {
+            BuildError::Bug(e.to_string())
+        } else {
+            BuildError::Unsupported(e.to_string())
+        }
+    }
+
+    fn codegen(e: CodegenError) -> BuildError {
+        if e.is_bug() {
+            BuildError::Bug(e.to_string())
+        } else {
+            BuildError::Unsupported(e.to_string())
+        }
+    }
+
+    fn into_error(self, g: &Graph) -> Error {
+        let reason = match self {
+            BuildError::Bug(r) => format!("compiler bug: {r}"),
+            BuildError::Unsupported(r) => r,
+        };
+        Error::Compile {
+            function: g.name().to_string(),
+            reason,
+        }
+    }
+}
+
+/// The schedule the generated-code backends compile: decompose (the composites the
+/// backend does not render) and fuse, or decompose alone (one kernel per op). Verified
+/// after every pass in debug builds and tests.
+fn schedule_for(
+    g: &Graph,
+    fusion: bool,
+    renders: kiln_passes::decompose::Renders,
+) -> std::result::Result<Schedule, BuildError> {
+    let mut opts = PassOptions::default();
+    opts.decompose.renders = renders;
     // one kernel per op stores every intermediate in its dtype: f32 means, variances and
     // norms then decompose in f64, as eager computes them (fused kernels keep their sums in
     // f64 registers)
-    let (passes, opts): (&[&str], PassOptions) = if fusion {
-        (&["decompose", "fuse"], PassOptions::default())
+    let passes: &[&str] = if fusion {
+        &["decompose", "fuse"]
     } else {
-        let mut opts = PassOptions::default();
         opts.decompose.f64_reductions = true;
-        (&["decompose"], opts)
+        &["decompose"]
     };
-    let opt = run_passes(g, passes, &opts, false).map_err(|e| err(e.to_string()))?;
-    schedule(&opt).map_err(|e| err(e.to_string()))
+    let opt = run_passes(g, passes, &opts, false).map_err(BuildError::pass)?;
+    schedule(&opt).map_err(BuildError::pass)
 }
 
+/// Builds `build(fusion)`; a fused build that fails for want of support falls back to one
+/// kernel per op (logged with the reason), while a compiler bug is an error.
+fn fused_or_unfused<T>(
+    g: &Graph,
+    fusion: bool,
+    build: impl Fn(bool) -> std::result::Result<T, BuildError>,
+) -> std::result::Result<T, BuildError> {
+    match build(fusion) {
+        Err(BuildError::Unsupported(reason)) if fusion => {
+            tracing::warn!(
+                target: "kiln::code",
+                "@{}: the fused program is not supported ({reason}); one kernel per op",
+                g.name()
+            );
+            build(false)
+        }
+        other => other,
+    }
+}
+
+/// The cpu backend's compiled form: a plan of generated kernels.
 pub(crate) struct CpuExecutable {
     plan: CpuPlan,
 }
 
 impl CpuExecutable {
-    fn new(g: &Graph, fusion: bool) -> Result<CpuExecutable> {
-        let err = |reason: String| Error::Compile {
-            function: g.name().to_string(),
-            reason,
-        };
-        let build = |fusion: bool| -> Result<CpuPlan> {
-            CpuPlan::new(&schedule_for(g, fusion)?).map_err(|e| err(e.to_string()))
-        };
-        // a fused program that cannot be scheduled falls back to one kernel per op
-        let plan = build(fusion).or_else(|e| if fusion { build(false) } else { Err(e) })?;
+    fn new(g: &Graph, opts: &CompileOptions) -> Result<CpuExecutable> {
+        let plan = fused_or_unfused(g, opts.fusion, |fusion| {
+            let s = schedule_for(g, fusion, kiln_codegen::cpu::renders)?;
+            CpuPlan::with_options(&s, &opts.codegen).map_err(BuildError::codegen)
+        })
+        .map_err(|e| e.into_error(g))?;
         Ok(CpuExecutable { plan })
     }
 }
@@ -342,26 +396,30 @@ impl CudaExecutable {
     /// The CUDA plan of `g` (fused, else one kernel per op; groups without CUDA code are
     /// host steps of the plan). A graph whose plan cannot be built runs on the cpu backend
     /// instead (logged); no device is an error.
-    fn compile(g: &Graph, fusion: bool, mode: Mode) -> Result<Box<dyn Executable>> {
-        let err = |reason: String| Error::Compile {
+    fn compile(g: &Graph, opts: &CompileOptions) -> Result<Box<dyn Executable>> {
+        let gpu = kiln_codegen::cuda::select::default_gpu().map_err(|e| Error::Compile {
             function: g.name().to_string(),
-            reason,
-        };
-        let gpu = kiln_codegen::cuda::select::default_gpu()
-            .map_err(|e| err(format!("backend cuda: {e}")))?;
-        let build = |fusion: bool| -> Result<CudaPlan> {
-            CudaPlan::new(&schedule_for(g, fusion)?).map_err(|e| err(e.to_string()))
-        };
-        match build(fusion).or_else(|e| if fusion { build(false) } else { Err(e) }) {
+            reason: format!("backend cuda: {e}"),
+        })?;
+        let built = fused_or_unfused(g, opts.fusion, |fusion| {
+            let s = schedule_for(g, fusion, kiln_codegen::cuda::renders)?;
+            CudaPlan::new(&s).map_err(BuildError::codegen)
+        });
+        match built {
             Ok(plan) => Ok(Box::new(CudaExecutable {
                 plan,
                 gpu,
-                graphs: (mode == Mode::ReduceOverhead).then(|| Mutex::new(HashMap::new())),
+                graphs: (opts.mode == Mode::ReduceOverhead).then(|| Mutex::new(HashMap::new())),
             })),
-            Err(e) => {
-                tracing::warn!(target: "kiln::code", "{e}; @{} runs on the cpu backend", g.name());
-                Ok(Box::new(CpuExecutable::new(g, fusion)?))
+            Err(BuildError::Unsupported(reason)) => {
+                tracing::warn!(
+                    target: "kiln::code",
+                    "{reason}; @{} runs on the cpu backend",
+                    g.name()
+                );
+                Ok(Box::new(CpuExecutable::new(g, opts)?))
             }
+            Err(bug) => Err(bug.into_error(g)),
         }
     }
 }

@@ -58,6 +58,10 @@ pub fn parse_log_spec(spec: &str) -> Vec<LogCategory> {
         .collect()
 }
 
+/// The categories `KILN_LOGS` names (read once: the only place kiln reads it). When any is
+/// on and the program has no `tracing` subscriber, kiln installs one that writes those
+/// categories' events (targets `kiln::<category>`) to stderr; the passes and code
+/// generators ask the subscriber (`tracing::enabled!`) instead of the environment.
 fn enabled_set() -> &'static [LogCategory] {
     static SET: OnceLock<Vec<LogCategory>> = OnceLock::new();
     SET.get_or_init(|| {
@@ -65,11 +69,18 @@ fn enabled_set() -> &'static [LogCategory] {
             .map(|s| parse_log_spec(&s))
             .unwrap_or_default();
         if !set.is_empty() && !tracing::dispatcher::has_been_set() {
-            let _ = tracing_subscriber::fmt()
+            use tracing_subscriber::layer::SubscriberExt;
+            let targets = tracing_subscriber::filter::Targets::new().with_targets(
+                set.iter()
+                    .map(|c| (format!("kiln::{}", c.name()), tracing::Level::INFO)),
+            );
+            let subscriber = tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
                 .without_time()
                 .with_target(true)
-                .try_init();
+                .finish()
+                .with(targets);
+            let _ = tracing::subscriber::set_global_default(subscriber);
         }
         set
     })

@@ -83,6 +83,10 @@ pub struct CompileOptions {
     pub fusion: bool,
     /// what compiled code optimises for
     pub mode: Mode,
+    /// how the cpu backend generates code (defaults with the `KILN_*` overrides of the
+    /// environment: `KILN_UNROLL`, `KILN_ROW_GROUP`, `KILN_NO_CHAIN_FITS`, `KILN_NO_CUTS`,
+    /// `KILN_CLIF_OPT`, `KILN_ASM`, read here and nowhere below)
+    pub codegen: kiln_codegen::CodegenOptions,
 }
 
 impl Default for CompileOptions {
@@ -96,6 +100,7 @@ impl Default for CompileOptions {
             mark_dynamic: Vec::new(),
             fusion: true,
             mode: Mode::Default,
+            codegen: kiln_codegen::CodegenOptions::from_env(),
         }
     }
 }

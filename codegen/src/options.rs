@@ -1,0 +1,95 @@
+//! How the code generators generate: the knobs that measurements turn. Each has a built-in
+//! default that the compiler uses; [`CodegenOptions::from_env`] is the one place that reads
+//! their `KILN_*` overrides, and only the frontend (`kiln::CompileOptions::default`) calls
+//! it, so nothing below the top of the compiler reads the environment.
+
+/// Cranelift's optimisation level for generated kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ClifOpt {
+    /// no Cranelift optimisation (the default: at `speed`, Cranelift's e-graph sank a
+    /// reduction's horizontal combine into the next inner loop; the loop nests already place
+    /// each value where it belongs)
+    #[default]
+    None,
+    /// Cranelift's `speed`
+    Speed,
+    /// Cranelift's `speed_and_size`
+    SpeedAndSize,
+}
+
+impl ClifOpt {
+    /// The name Cranelift's `opt_level` setting takes.
+    pub fn setting(self) -> &'static str {
+        match self {
+            ClifOpt::None => "none",
+            ClifOpt::Speed => "speed",
+            ClifOpt::SpeedAndSize => "speed_and_size",
+        }
+    }
+
+    fn parse(s: &str) -> Option<ClifOpt> {
+        Some(match s {
+            "none" => ClifOpt::None,
+            "speed" => ClifOpt::Speed,
+            "speed_and_size" => ClifOpt::SpeedAndSize,
+            _ => return None,
+        })
+    }
+}
+
+/// The CPU backend's code generation options (part of every kernel's cache key).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CodegenOptions {
+    /// vectors per inner-loop iteration (`None`: the emitter's choice from the loop's
+    /// cost, 4 or 8); `KILN_UNROLL`
+    pub unroll: Option<i64>,
+    /// rows a row kernel steps together (1 to 8; 1 measured fastest on the current
+    /// machine, see `cpu::emit::row_group`); `KILN_ROW_GROUP`
+    pub row_group: usize,
+    /// compute runs of smooth ops on a bounded input as one fitted polynomial
+    /// (`cpu/chain_fits.rs`); `KILN_NO_CHAIN_FITS` turns it off
+    pub chain_fits: bool,
+    /// make each multiply-used vector a block parameter before compiling (`cpu/cuts.rs`);
+    /// `KILN_NO_CUTS` turns it off
+    pub cuts: bool,
+    /// Cranelift's optimisation level; `KILN_CLIF_OPT`
+    pub clif_opt: ClifOpt,
+    /// print each compiled kernel's machine code to stderr; `KILN_ASM`
+    pub print_asm: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions {
+            unroll: None,
+            row_group: 1,
+            chain_fits: true,
+            cuts: true,
+            clif_opt: ClifOpt::None,
+            print_asm: false,
+        }
+    }
+}
+
+impl CodegenOptions {
+    /// The defaults with the `KILN_*` overrides of the environment applied (unparsable
+    /// values are ignored): the only function of the code generators that reads it.
+    pub fn from_env() -> CodegenOptions {
+        let var = |k: &str| std::env::var(k).ok();
+        let set = |k: &str| std::env::var_os(k).is_some();
+        let d = CodegenOptions::default();
+        CodegenOptions {
+            unroll: var("KILN_UNROLL").and_then(|v| v.parse().ok()).or(d.unroll),
+            row_group: var("KILN_ROW_GROUP")
+                .and_then(|v| v.parse().ok())
+                .filter(|g: &usize| (1..=8).contains(g))
+                .unwrap_or(d.row_group),
+            chain_fits: !set("KILN_NO_CHAIN_FITS"),
+            cuts: !set("KILN_NO_CUTS"),
+            clif_opt: var("KILN_CLIF_OPT")
+                .and_then(|v| ClifOpt::parse(&v))
+                .unwrap_or(d.clif_opt),
+            print_asm: set("KILN_ASM"),
+        }
+    }
+}
