@@ -69,10 +69,10 @@ pub fn inline_with(
     reuse_dst: bool,
 ) -> Option<NodeId> {
     let mut map = std::collections::HashMap::new();
-    let mut existing: std::collections::HashMap<String, NodeId> = if reuse_dst {
+    let mut existing: std::collections::HashMap<(Op, Vec<Arg>), NodeId> = if reuse_dst {
         dst.nodes()
             .filter(|(_, n)| n.op != Op::Input)
-            .map(|(id, n)| (format!("{:?}{:?}", n.op, n.args), id))
+            .map(|(id, n)| ((n.op.clone(), n.args.to_vec()), id))
             .collect()
     } else {
         std::collections::HashMap::new()
@@ -95,11 +95,11 @@ pub fn inline_with(
                     s => *s,
                 })
                 .collect();
-            let key = format!("{:?}{:?}", node.op, args);
+            let key = (node.op.clone(), args);
             match existing.get(&key) {
                 Some(n) if !matches!(node.op, Op::Rand { .. } | Op::Randn { .. }) => *n,
                 _ => {
-                    let n = dst.add_op(node.op.clone(), &args, node.loc.clone()).ok()?;
+                    let n = dst.add_op(node.op.clone(), &key.1, node.loc.clone()).ok()?;
                     existing.insert(key, n);
                     n
                 }

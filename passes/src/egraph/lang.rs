@@ -2,13 +2,12 @@
 //! kernel groups.
 
 use egg::{Id, Language};
-use kiln_ir::{Graph, Op, Scalar, TensorType};
+use kiln_ir::{Arg, Graph, Op, Scalar, TensorType};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt;
 
-/// An interned op (its index in [`Interner::ops`]). Ops hold floats, so they are interned by
-/// their printed form rather than hashed directly.
+/// An interned op (its index in [`Interner::ops`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OpId(pub u32);
 
@@ -161,6 +160,27 @@ pub struct GroupBody {
     pub space: TensorType,
 }
 
+/// What makes two group bodies the same kernel: the kind and, node by node in graph order,
+/// the op, its operands and its type (source locations and input names do not count).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct GroupKey {
+    kind: GroupKind,
+    nodes: Vec<(Op, Vec<Arg>, TensorType)>,
+}
+
+impl GroupKey {
+    fn of(body: &GroupBody) -> GroupKey {
+        GroupKey {
+            kind: body.kind,
+            nodes: body
+                .graph
+                .nodes()
+                .map(|(_, n)| (n.op.clone(), n.args.to_vec(), n.ty.clone()))
+                .collect(),
+        }
+    }
+}
+
 /// A merge: (consumer group, producer group, operand index, both groups' operands).
 pub type MergeKey = (u32, u32, usize, Vec<egg::Id>);
 
@@ -169,10 +189,10 @@ pub type MergeKey = (u32, u32, usize, Vec<egg::Id>);
 pub struct Interner {
     /// every op, by id
     pub ops: Vec<Op>,
-    op_ids: HashMap<String, OpId>,
+    op_ids: HashMap<Op, OpId>,
     /// every group body, by id
     pub groups: Vec<GroupBody>,
-    group_ids: HashMap<String, GroupId>,
+    group_ids: HashMap<GroupKey, GroupId>,
     /// merges already tried: (consumer group, producer group, operand, operands) -> the
     /// merged group and its operands, or `None` when illegal
     pub merge_cache: HashMap<MergeKey, Option<(usize, Vec<egg::Id>)>>,
@@ -185,23 +205,18 @@ pub struct Interner {
 impl Interner {
     /// The id of `op`, interning it.
     pub fn op(&mut self, op: &Op) -> OpId {
-        let key = format!("{op:?}");
-        if let Some(id) = self.op_ids.get(&key) {
+        if let Some(id) = self.op_ids.get(op) {
             return *id;
         }
         let id = OpId(self.ops.len() as u32);
         self.ops.push(op.clone());
-        self.op_ids.insert(key, id);
+        self.op_ids.insert(op.clone(), id);
         id
     }
 
     /// The id of a group body, interning it (bodies are keyed by kind and structure).
     pub fn group(&mut self, body: GroupBody) -> GroupId {
-        use std::fmt::Write;
-        let mut key = String::from(body.kind.name());
-        for (_, n) in body.graph.nodes() {
-            let _ = write!(key, ";{:?}{:?}{}", n.op, n.args, n.ty);
-        }
+        let key = GroupKey::of(&body);
         if let Some(id) = self.group_ids.get(&key) {
             return *id;
         }
