@@ -20,6 +20,7 @@
 use super::analysis::ClassData;
 use super::lang::{GroupBody, GroupId, GroupKind, MergeKey, TNode};
 use super::rules::{ClassRule, TEGraph};
+use super::sym::OpSym;
 use egg::Id;
 use kiln_ir::{Arg, Dim, Graph, NodeId, Op, TensorType};
 
@@ -121,11 +122,11 @@ fn wrap(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
     let Some(class_ty) = ty_of(egraph, id) else {
         return out;
     };
-    let nodes: Vec<(super::lang::OpId, Vec<Id>)> = egraph[id]
+    let nodes: Vec<(OpSym, Vec<Id>)> = egraph[id]
         .nodes
         .iter()
         .filter_map(|n| match n {
-            TNode::Op(o, a) => Some((*o, a.iter().map(|x| egraph.find(*x)).collect())),
+            TNode::Op(o, a) => Some((o.clone(), a.iter().map(|x| egraph.find(*x)).collect())),
             _ => None,
         })
         .collect();
@@ -133,10 +134,16 @@ fn wrap(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
         // each (op, operands) is wrapped once: the group node stays in the class; a node
         // that reads its own class (`where(c, x, x)` in x's class) is an identity, not work
         let me = egraph.find(id);
-        if args.contains(&me) || !egraph.analysis.interner.wraps.insert((oid, args.clone())) {
+        if args.contains(&me)
+            || !egraph
+                .analysis
+                .interner
+                .wraps
+                .insert((oid.clone(), args.clone()))
+        {
             continue;
         }
-        let op = egraph.analysis.interner.ops[oid.0 as usize].clone();
+        let op = oid.expect_op().clone();
         let Some(kind) = kind_of(&op) else { continue };
         let mut body = Graph::new("group");
         let mut inputs: Vec<Id> = Vec::new();

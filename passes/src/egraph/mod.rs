@@ -19,6 +19,7 @@ pub mod cost;
 pub mod fusion;
 pub mod lang;
 pub mod rules;
+pub mod sym;
 
 use crate::PassError;
 use analysis::{add_lit, TensorAnalysis};
@@ -387,7 +388,7 @@ impl Emitter<'_, '_> {
                         .iter()
                         .map(|a| self.emit(*a))
                         .collect::<Result<Vec<_>, _>>()?;
-                    let op = self.eg.analysis.interner.ops[o.0 as usize].clone();
+                    let op = o.expect_op().clone();
                     let src = self.loc_of(id);
                     let loc = if op.is_view() || op.is_creation() {
                         src

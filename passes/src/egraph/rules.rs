@@ -81,10 +81,7 @@ pub fn ops_of(egraph: &TEGraph, id: Id) -> Vec<(Op, Vec<Id>)> {
         .nodes
         .iter()
         .filter_map(|n| match n {
-            TNode::Op(o, args) => Some((
-                egraph.analysis.interner.ops[o.0 as usize].clone(),
-                args.to_vec(),
-            )),
+            TNode::Op(o, args) => Some((o.expect_op().clone(), args.to_vec())),
             _ => None,
         })
         .collect()
