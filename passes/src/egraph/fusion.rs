@@ -18,8 +18,8 @@
 //! the row while it reduces and rereads it from cache.
 
 use super::analysis::ClassData;
+use super::class_rule::{ClassRule, TEGraph};
 use super::lang::{GroupBody, GroupId, GroupKind, MergeKey, TNode};
-use super::rules::{ClassRule, TEGraph};
 use super::sym::OpSym;
 use egg::Id;
 use kiln_ir::{Arg, Dim, Graph, NodeId, Op, TensorType};

@@ -255,13 +255,10 @@ impl PartialOrd for OpSym {
     }
 }
 
-/// The order of families: by name, descending. Any fixed order is sound; this one decides
-/// ties in extraction, and the direction is the one that resolves every cost tie of the
-/// corpus as the per-e-graph interning order did before ops were pooled (in
-/// `@transpose_twice`, `transpose(add(t, t))` stays ahead of the equally cheap `add(x, x)`),
-/// so the optimiser's output did not move. Reversing it changes snapshots.
+/// The order of families: by name. Any fixed order is sound (see [`super::lang`]); it
+/// decides some ties in extraction (egg keeps the first of equally cheap nodes it meets).
 fn family_order(a: &str, b: &str) -> Ordering {
-    b.cmp(a)
+    a.cmp(b)
 }
 
 impl fmt::Display for OpSym {
