@@ -84,23 +84,23 @@ pub struct Rule {
     pub exactness: Exactness,
     /// the file of `passes/src/rules/` it lives in
     pub file: &'static str,
-    /// the left side, as egg prints it
-    pub lhs: String,
-    /// the right side, as egg prints it
-    pub rhs: String,
+    /// the left side, as written
+    pub lhs: &'static str,
+    /// the right side, as written
+    pub rhs: &'static str,
     /// the egg rewrite
     pub rewrite: Rewrite<TNode, TensorAnalysis>,
 }
 
 impl Rule {
-    /// A rule from an egg rewrite whose right side is `rhs` (the rule files use [`rule!`]).
-    /// Panics when egg's own applier would add nodes: a right side that builds nodes must go
-    /// through [`Build`], which type-checks them (rules are built once, in tests first).
+    /// A rule from an egg rewrite of `lhs` to `rhs` (the rule files use [`rule!`]). Panics
+    /// when egg's own applier would add nodes: a right side that builds nodes must go through
+    /// [`Build`], which type-checks them (rules are built once, in tests first).
     pub fn new(
         name: &'static str,
         exactness: Exactness,
         doc: &'static str,
-        rhs: &str,
+        (lhs, rhs): (&'static str, &'static str),
         rewrite: Rewrite<TNode, TensorAnalysis>,
     ) -> Rule {
         if let Some(ast) = rewrite.applier.get_pattern_ast() {
@@ -110,14 +110,9 @@ impl Rule {
                 "rule `{name}`: a right side that adds nodes must be written `build \"{rhs}\"`"
             );
         }
-        let lhs = rewrite
-            .searcher
-            .get_pattern_ast()
-            .map_or_else(String::new, |a| a.to_string());
-        let rhs = rhs
-            .parse::<Pattern<TNode>>()
-            .unwrap_or_else(|e| panic!("rule `{name}`: right side `{rhs}`: {e}"))
-            .to_string();
+        if let Err(e) = rhs.parse::<Pattern<TNode>>() {
+            panic!("rule `{name}`: right side `{rhs}`: {e}");
+        }
         Rule {
             name,
             doc,
@@ -138,7 +133,7 @@ macro_rules! rule {
             $name,
             $crate::rules::Exactness::$ex,
             $doc,
-            $rhs,
+            ($lhs, $rhs),
             egg::rewrite!($name; $lhs => { $crate::rules::Build::new($lhs, $rhs) $(.with($hook $args))? } $(if $cond)*),
         )
     };
@@ -147,7 +142,7 @@ macro_rules! rule {
             $name,
             $crate::rules::Exactness::$ex,
             $doc,
-            $rhs,
+            ($lhs, $rhs),
             egg::rewrite!($name; $lhs => $rhs $(if $cond)*),
         )
     };
