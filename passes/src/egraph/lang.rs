@@ -33,8 +33,9 @@
 //!   `binary` for every binary op, else the op's name; an op variable has the family of
 //!   every op its class holds (`transpose{?t}`: `transpose`; `unary{?u}`: `unary`), so (1);
 //! * nodes order by variant (inputs, literals, ops, groups), then ops by family (in a fixed
-//!   order, see `sym.rs`), then by printed text, then children: families are a prefix of the order, so (2). An op
-//!   variable sorts somewhere inside its family's run, which is all the walk needs;
+//!   order, see `sym.rs`), then by printed text, then children: families are a prefix of
+//!   the order, so (2). An op variable sorts somewhere inside its family's run, which is all
+//!   the walk needs;
 //! * `matches` compares the op (or the op variable's class) and the number of children,
 //!   never the children themselves.
 //!

@@ -3,9 +3,9 @@
 //! [`optimize`] loads a graph into an e-graph ([`lang::TNode`] nodes, [`analysis`] types
 //! and constants), saturates it in two bounded phases (the rewrite rules of
 //! [`crate::rules`], then the fusion rules of [`fusion`], which only add group nodes the
-//! rewrite rules do not match), extracts the cheapest program under the cost model of [`cost`], and writes it
-//! back as an IR graph whose nodes carry their kernel in the location comment:
-//! `# k3 row | model.rs:12:5` means "kernel 3, a row kernel". Nodes without a `k` tag are
+//! rewrite rules do not match), extracts the cheapest program under the cost model of
+//! [`cost`], and writes it back as an IR graph whose nodes carry their kernel in the
+//! location comment: `# k3 row | model.rs:12:5` means "kernel 3, a row kernel". Nodes without a `k` tag are
 //! views (or constants), which cost no kernel.
 //!
 //! egg's extraction sums costs over a tree, which charges a value read by several kernels

@@ -230,7 +230,7 @@ impl Hash for OpSym {
     }
 }
 
-/// Symbols sort by family first ([`family_order`]; so that the nodes one discriminant names
+/// Symbols sort by family first (`family_order`; so that the nodes one discriminant names
 /// are adjacent in a sorted e-class), then by printed form: an order that is the same in
 /// every run, whatever order the pool met the ops in. See [`super::lang`] for why that
 /// matters.

@@ -15,7 +15,8 @@ pub(super) fn rules() -> Vec<Rule> {
             "(div ?x ?c)" => build "(mul ?x ?r)" with fold("?r", &["?c"], |v| 1.0 / v[0])
                 if is_float_literal("?c")),
         rule!("mul-mul-literals", FastMath, "(x * a) * b = x * (a*b) for float literals a, b",
-            "(mul (mul ?x ?a) ?b)" => build "(mul ?x ?ab)" with fold("?ab", &["?a", "?b"], |v| v[0] * v[1])
+            "(mul (mul ?x ?a) ?b)"
+                => build "(mul ?x ?ab)" with fold("?ab", &["?a", "?b"], |v| v[0] * v[1])
                 if is_float_literal("?a") if is_float_literal("?b")),
     ]
 }

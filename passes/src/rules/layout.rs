@@ -20,7 +20,8 @@ pub(super) fn rules() -> Vec<Rule> {
         rule!("permute-noop", Exact, "the identity permutation is its operand",
             "(permute{?p} ?x)" => build "?x" with identity("p")),
         rule!("permute-permute", Exact, "two permutes are one, of the composed permutation",
-            "(permute{?p} (permute{?q} ?x))" => build "(permute{?r} ?x)" with compose("p", "q", "r")),
+            "(permute{?p} (permute{?q} ?x))"
+                => build "(permute{?r} ?x)" with compose("p", "q", "r")),
         rule!("reshape-noop", Exact, "a reshape to the operand's shape is its operand",
             "(reshape{?s} ?x)" => "?x" if keeps_type("?x")),
         rule!("reshape-reshape", Exact, "two reshapes are one, to the outer shape",
@@ -39,16 +40,16 @@ pub(super) fn rules() -> Vec<Rule> {
             "(cast{?c} (transpose{?t} ?y))" => build "(transpose{?t} (cast{?c} ?y))"),
         rule!("cast-permute", Exact, "a cast moves inside a permute",
             "(cast{?c} (permute{?t} ?y))" => build "(permute{?t} (cast{?c} ?y))"),
-        rule!("binary-transpose", Exact, "a binary op of two equal transposes is the transpose of the op",
+        rule!("binary-transpose", Exact, "op(transpose(x), transpose(y)) = transpose(op(x, y))",
             "(binary{?b} (transpose{?t} ?x) (transpose{?t} ?y))"
                 => build "(transpose{?t} (binary{?b} ?x ?y))" if same_shape("?x", "?y")),
-        rule!("binary-permute", Exact, "a binary op of two equal permutes is the permute of the op",
+        rule!("binary-permute", Exact, "op(permute(x), permute(y)) = permute(op(x, y))",
             "(binary{?b} (permute{?t} ?x) (permute{?t} ?y))"
                 => build "(permute{?t} (binary{?b} ?x ?y))" if same_shape("?x", "?y")),
-        rule!("binary-transpose-literal", Exact, "a binary op of a transpose and a literal is the transpose of the op",
+        rule!("binary-transpose-literal", Exact, "op(transpose(x), c) = transpose(op(x, c))",
             "(binary{?b} (transpose{?t} ?x) ?s)"
                 => build "(transpose{?t} (binary{?b} ?x ?s))" if is_literal("?s")),
-        rule!("binary-permute-literal", Exact, "a binary op of a permute and a literal is the permute of the op",
+        rule!("binary-permute-literal", Exact, "op(permute(x), c) = permute(op(x, c))",
             "(binary{?b} (permute{?t} ?x) ?s)"
                 => build "(permute{?t} (binary{?b} ?x ?s))" if is_literal("?s")),
     ]
@@ -96,9 +97,10 @@ fn same_swap(a: &'static str, b: &'static str, x: &str) -> Hook {
 
 /// Permute `p` is the identity.
 fn identity(p: &'static str) -> Hook {
-    Arc::new(
-        move |_, _, b| matches!(b.get(p), Some(Op::Permute { dims }) if dims.iter().enumerate().all(|(i, d)| i == *d)),
-    )
+    Arc::new(move |_, _, b| match b.get(p) {
+        Some(Op::Permute { dims }) => dims.iter().enumerate().all(|(i, d)| i == *d),
+        _ => false,
+    })
 }
 
 /// Binds `r` to permute `p` after permute `q`: result dim `i` is `q[p[i]]`.

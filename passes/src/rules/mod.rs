@@ -5,7 +5,7 @@
 //! | file | family |
 //! | --- | --- |
 //! | `arith.rs` | algebraic identities (`x * 1`, `x + 0`, `neg(neg(x))`, `where(c, x, x)`) |
-//! | `layout.rs` | layout ops that change nothing, cancel or compose, and layout ops moved through pointwise ops |
+//! | `layout.rs` | layout ops that change nothing, cancel or compose, or move through pointwise ops |
 //! | `broadcast.rs` | `expand` feeding a pointwise op, which broadcasts by itself |
 //! | `fast_math.rs` | rewrites that change floating-point rounding (only with `fast_math`) |
 //!
@@ -93,7 +93,7 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// A rule from an egg rewrite of `lhs` to `rhs` (the rule files use [`rule!`]). Panics
+    /// A rule from an egg rewrite of `lhs` to `rhs` (the rule files use `rule!`). Panics
     /// when egg's own applier would add nodes: a right side that builds nodes must go through
     /// [`Build`], which type-checks them (rules are built once, in tests first).
     pub fn new(
@@ -128,13 +128,16 @@ impl Rule {
 /// A rule: `rule!(NAME, Exact | FastMath, DOC, LHS => RHS if COND ...)` with egg's own applier
 /// (RHS a variable), or `LHS => build RHS (with HOOK(ARGS))? if COND ...` with [`Build`].
 macro_rules! rule {
-    ($name:literal, $ex:ident, $doc:literal, $lhs:literal => build $rhs:literal $(with $hook:ident $args:tt)? $(if $cond:expr)*) => {
+    ($name:literal, $ex:ident, $doc:literal,
+     $lhs:literal => build $rhs:literal $(with $hook:ident $args:tt)? $(if $cond:expr)*) => {
         $crate::rules::Rule::new(
             $name,
             $crate::rules::Exactness::$ex,
             $doc,
             ($lhs, $rhs),
-            egg::rewrite!($name; $lhs => { $crate::rules::Build::new($lhs, $rhs) $(.with($hook $args))? } $(if $cond)*),
+            egg::rewrite!($name;
+                $lhs => { $crate::rules::Build::new($lhs, $rhs) $(.with($hook $args))? }
+                $(if $cond)*),
         )
     };
     ($name:literal, $ex:ident, $doc:literal, $lhs:literal => $rhs:literal $(if $cond:expr)*) => {
