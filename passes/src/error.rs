@@ -24,6 +24,9 @@ pub enum PassError {
     /// A pass name that does not exist (in `kiln opt --passes`).
     #[error("unknown pass `{0}` (known: {1})")]
     UnknownPass(String, String),
+    /// A rewrite rule name that does not exist (in `OptimizeOptions::disabled_rules`).
+    #[error("unknown rewrite rule `{0}` (known: {1})")]
+    UnknownRule(String, String),
     /// Anything else a pass rejects, with the node and reason.
     #[error("pass `{pass}`: {reason}")]
     Unsupported {

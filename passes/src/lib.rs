@@ -15,6 +15,7 @@ mod error;
 pub mod greedy;
 pub mod memory;
 pub mod pipeline;
+pub mod rules;
 pub mod schedule;
 
 pub use error::PassError;

@@ -1,6 +1,7 @@
 //! The pass pipeline: named passes from graph to graph, the verifier after each (in tests
 //! and debug builds), and `KILN_LOGS=passes` logging each pass's name, time and node
-//! counts (as `tracing` events with target `kiln::passes`).
+//! counts (as `tracing` events with target `kiln::passes`; `KILN_LOGS=rules` logs the
+//! rewrite rules that fired, target `kiln::rules`).
 
 use crate::decompose::{decompose_with, DecomposeOptions};
 use crate::egraph::{optimize, OptimizeOptions};
@@ -136,12 +137,23 @@ pub fn stage_passes(stage: &str) -> Option<&'static [&'static str]> {
 
 /// True when `KILN_LOGS` names `passes` (or `all`).
 pub fn logging() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("KILN_LOGS").is_ok_and(|v| {
-            v.split(',')
-                .map(str::trim)
-                .any(|c| c == "passes" || c == "all")
-        })
+    logs("passes")
+}
+
+/// True when `KILN_LOGS` names `rules` (or `all`): each optimisation logs which rewrite
+/// rules fired how often (target `kiln::rules`).
+pub fn logging_rules() -> bool {
+    logs("rules")
+}
+
+/// True when `KILN_LOGS` (read once) names `category` or `all`.
+fn logs(category: &str) -> bool {
+    static ON: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    ON.get_or_init(|| {
+        std::env::var("KILN_LOGS")
+            .map(|v| v.split(',').map(|c| c.trim().to_string()).collect())
+            .unwrap_or_default()
     })
+    .iter()
+    .any(|c| c == category || c == "all")
 }

@@ -190,6 +190,34 @@ fn result_types(p: &mut Parser) -> PResult<Vec<TensorType>> {
     }
 }
 
+/// One op without operands, as an instruction writes it: `NAME` or `NAME {attr = value, ...}`
+/// (spaces optional, so the compact form of [`super::compact_op`] reads back). Attributes
+/// whose default comes from an operand (`layer_norm`'s `ndim`) must be written; the printed
+/// forms write every attribute.
+pub fn parse_op(text: &str) -> PResult<Op> {
+    let mut p = Parser::new(text);
+    let pos = p.pos();
+    let name = match p.tok() {
+        Tok::Ident(w) => w.clone(),
+        _ => return Err(p.unexpected("an op name")),
+    };
+    p.bump();
+    let attrs = if *p.tok() == Tok::LBrace {
+        p.attrs()?
+    } else {
+        AttrList::default()
+    };
+    if *p.tok() != Tok::Eof {
+        return Err(p.unexpected("`{` or the end of the op"));
+    }
+    let op =
+        Op::from_parts(&name, &attrs.items).map_err(|e| ParseError::new(pos, e.to_string()))?;
+    if let Some(shape) = attr_shape(&op) {
+        check_size(shape).map_err(|m| ParseError::new(pos, m))?;
+    }
+    Ok(op)
+}
+
 /// One instruction line as written.
 struct Line {
     def: String,

@@ -51,6 +51,6 @@ mod lex;
 mod parse;
 mod print;
 
-pub use build::{parse_graph, parse_module};
+pub use build::{parse_graph, parse_module, parse_op};
 pub use error::ParseError;
-pub use print::{print_graph, print_module};
+pub use print::{compact_op, print_graph, print_module};

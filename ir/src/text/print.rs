@@ -145,3 +145,39 @@ fn instruction_line(name: &str, node: &Node, name_of: &dyn Fn(NodeId) -> String)
         None => format!("  {inst}: {ty}\n"),
     }
 }
+
+/// The op without spaces: `transpose{dim0=0,dim1=1}`, `sum{dims=[1],keepdim=false}`, `neg`;
+/// one token of an s-expression (e-graph patterns and dumps print ops this way).
+/// [`super::parse_op`] reads it back.
+pub fn compact_op(op: &crate::Op) -> String {
+    fn value(v: &crate::AttrValue, out: &mut String) {
+        match v {
+            crate::AttrValue::List(items) => {
+                out.push('[');
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    value(x, out);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut out = op.name().to_string();
+    let attrs = op.attrs();
+    if !attrs.is_empty() {
+        out.push('{');
+        for (i, (k, v)) in attrs.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(k);
+            out.push('=');
+            value(v, &mut out);
+        }
+        out.push('}');
+    }
+    out
+}

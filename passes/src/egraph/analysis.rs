@@ -61,10 +61,10 @@ pub fn bytes_of(ty: &TensorType) -> f64 {
     n * ty.dtype.size_bytes() as f64
 }
 
-/// The analysis state: the interned ops and groups, and the graph inputs' types.
+/// The analysis state: the interned groups, and the graph inputs' types.
 #[derive(Default)]
 pub struct TensorAnalysis {
-    /// interned ops and group bodies
+    /// interned group bodies
     pub interner: Interner,
     /// the type of each graph input
     pub input_types: Vec<TensorType>,
@@ -144,7 +144,7 @@ impl Analysis<TNode> for TensorAnalysis {
             }
             TNode::Lit(l) => ClassData::Scalar(l.scalar()),
             TNode::Op(o, args) => {
-                let op = egraph.analysis.interner.ops[o.0 as usize].clone();
+                let op = o.expect_op().clone();
                 let datas: Vec<&ClassData> = args.iter().map(|a| &egraph[*a].data).collect();
                 let types: Vec<ArgType> = datas.iter().map(|d| d.arg_type()).collect();
                 let ty = kiln_ir::infer(&op, &types)
@@ -227,8 +227,7 @@ impl Analysis<TNode> for TensorAnalysis {
             value,
             dtype: ty.dtype,
         };
-        let o = egraph.analysis.interner.op(&full);
-        let node = TNode::Op(o, Default::default());
+        let node = TNode::op(&full, &[]);
         if !egraph[id].nodes.contains(&node) {
             let f = egraph.add(node);
             egraph.union(id, f);
@@ -240,8 +239,7 @@ impl Analysis<TNode> for TensorAnalysis {
 pub fn add_op(egraph: &mut EGraph<TNode, TensorAnalysis>, op: &Op, args: &[Id]) -> Option<Id> {
     let types: Vec<ArgType> = args.iter().map(|a| egraph[*a].data.arg_type()).collect();
     kiln_ir::infer(op, &types).ok()?;
-    let o = egraph.analysis.interner.op(op);
-    Some(egraph.add(TNode::Op(o, args.iter().copied().collect())))
+    Some(egraph.add(TNode::op(op, args)))
 }
 
 /// Adds a scalar literal.

@@ -64,7 +64,7 @@ impl KernelCost<'_> {
         match enode {
             TNode::Input(_) | TNode::Lit(_) => 0.0,
             TNode::Op(o, args) => {
-                let op = &eg.analysis.interner.ops[o.0 as usize];
+                let op = o.expect_op();
                 if op.is_view() {
                     return 0.0;
                 }

@@ -18,8 +18,9 @@
 //! the row while it reduces and rereads it from cache.
 
 use super::analysis::ClassData;
+use super::class_rule::{ClassRule, TEGraph};
 use super::lang::{GroupBody, GroupId, GroupKind, MergeKey, TNode};
-use super::rules::{ClassRule, TEGraph};
+use super::sym::OpSym;
 use egg::Id;
 use kiln_ir::{Arg, Dim, Graph, NodeId, Op, TensorType};
 
@@ -69,10 +70,10 @@ pub fn inline_with(
     reuse_dst: bool,
 ) -> Option<NodeId> {
     let mut map = std::collections::HashMap::new();
-    let mut existing: std::collections::HashMap<String, NodeId> = if reuse_dst {
+    let mut existing: std::collections::HashMap<(Op, Vec<Arg>), NodeId> = if reuse_dst {
         dst.nodes()
             .filter(|(_, n)| n.op != Op::Input)
-            .map(|(id, n)| (format!("{:?}{:?}", n.op, n.args), id))
+            .map(|(id, n)| ((n.op.clone(), n.args.to_vec()), id))
             .collect()
     } else {
         std::collections::HashMap::new()
@@ -95,11 +96,11 @@ pub fn inline_with(
                     s => *s,
                 })
                 .collect();
-            let key = format!("{:?}{:?}", node.op, args);
+            let key = (node.op.clone(), args);
             match existing.get(&key) {
                 Some(n) if !matches!(node.op, Op::Rand { .. } | Op::Randn { .. }) => *n,
                 _ => {
-                    let n = dst.add_op(node.op.clone(), &args, node.loc.clone()).ok()?;
+                    let n = dst.add_op(node.op.clone(), &key.1, node.loc.clone()).ok()?;
                     existing.insert(key, n);
                     n
                 }
@@ -121,11 +122,11 @@ fn wrap(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
     let Some(class_ty) = ty_of(egraph, id) else {
         return out;
     };
-    let nodes: Vec<(super::lang::OpId, Vec<Id>)> = egraph[id]
+    let nodes: Vec<(OpSym, Vec<Id>)> = egraph[id]
         .nodes
         .iter()
         .filter_map(|n| match n {
-            TNode::Op(o, a) => Some((*o, a.iter().map(|x| egraph.find(*x)).collect())),
+            TNode::Op(o, a) => Some((o.clone(), a.iter().map(|x| egraph.find(*x)).collect())),
             _ => None,
         })
         .collect();
@@ -133,10 +134,16 @@ fn wrap(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
         // each (op, operands) is wrapped once: the group node stays in the class; a node
         // that reads its own class (`where(c, x, x)` in x's class) is an identity, not work
         let me = egraph.find(id);
-        if args.contains(&me) || !egraph.analysis.interner.wraps.insert((oid, args.clone())) {
+        if args.contains(&me)
+            || !egraph
+                .analysis
+                .interner
+                .wraps
+                .insert((oid.clone(), args.clone()))
+        {
             continue;
         }
-        let op = egraph.analysis.interner.ops[oid.0 as usize].clone();
+        let op = oid.expect_op().clone();
         let Some(kind) = kind_of(&op) else { continue };
         let mut body = Graph::new("group");
         let mut inputs: Vec<Id> = Vec::new();

@@ -1,11 +1,11 @@
 //! E-graph rewriting and fusion with egg.
 //!
 //! [`optimize`] loads a graph into an e-graph ([`lang::TNode`] nodes, [`analysis`] types
-//! and constants), saturates it in two bounded phases (the exact rules of [`rules`], then
-//! the fusion rules of [`fusion`], which only add group nodes the exact rules do not
-//! match), extracts the cheapest program under the cost model of [`cost`], and writes it
-//! back as an IR graph whose nodes carry their kernel in the location comment:
-//! `# k3 row | model.rs:12:5` means "kernel 3, a row kernel". Nodes without a `k` tag are
+//! and constants), saturates it in two bounded phases (the rewrite rules of
+//! [`crate::rules`], then the fusion rules of [`fusion`], which only add group nodes the
+//! rewrite rules do not match), extracts the cheapest program under the cost model of
+//! [`cost`], and writes it back as an IR graph whose nodes carry their kernel in the
+//! location comment: `# k3 row | model.rs:12:5` means "kernel 3, a row kernel". Nodes without a `k` tag are
 //! views (or constants), which cost no kernel.
 //!
 //! egg's extraction sums costs over a tree, which charges a value read by several kernels
@@ -15,18 +15,21 @@
 //! cheaper one is kept; the report says which won.
 
 pub mod analysis;
+pub mod class_rule;
 pub mod cost;
 pub mod fusion;
 pub mod lang;
-pub mod rules;
+pub mod sym;
+
+pub use analysis::TensorAnalysis;
+pub use class_rule::TEGraph;
 
 use crate::PassError;
-use analysis::{add_lit, TensorAnalysis};
+use analysis::add_lit;
 use cost::KernelCost;
 use egg::{Extractor, Id, Runner, SimpleScheduler, StopReason};
 use kiln_ir::{Arg, Graph, NodeId, Op};
 use lang::{GroupKind, TNode};
-use rules::TEGraph;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -43,6 +46,9 @@ pub struct OptimizeOptions {
     pub iter_limit: usize,
     /// stop after this long (both phases together)
     pub time_limit: Duration,
+    /// rewrite rules not to run, by name (`crate::rules`, `RULES.md`); an unknown name is a
+    /// [`PassError::UnknownRule`]
+    pub disabled_rules: Vec<String>,
 }
 
 impl Default for OptimizeOptions {
@@ -55,6 +61,7 @@ impl Default for OptimizeOptions {
             // a safety net: the node and iteration limits stop first on every corpus graph,
             // which keeps results deterministic
             time_limit: Duration::from_secs(5),
+            disabled_rules: Vec::new(),
         }
     }
 }
@@ -74,6 +81,27 @@ pub struct OptimizeReport {
     pub cost_after: f64,
     /// time spent
     pub elapsed: Duration,
+    /// how often each rule fired (rewrite rules in their order, then the fusion rules), for
+    /// the rules that fired; `KILN_LOGS=rules` logs it
+    pub rules_fired: Vec<(String, usize)>,
+}
+
+/// Adds the applications each iteration of `runner` counted to `fired`, in `names` order.
+fn count_fired<'a>(
+    runner: &Runner<TNode, TensorAnalysis>,
+    names: impl Iterator<Item = &'a str>,
+    fired: &mut Vec<(String, usize)>,
+) {
+    for name in names {
+        let n: usize = runner
+            .iterations
+            .iter()
+            .filter_map(|it| it.applied.get(&egg::Symbol::from(name)))
+            .sum();
+        if n > 0 {
+            fired.push((name.to_string(), n));
+        }
+    }
 }
 
 fn stop_reason(r: &Option<StopReason>) -> String {
@@ -149,10 +177,7 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
             })
             .sum::<f64>()
     };
-    let mut simplify = rules::simplify_rules();
-    if opts.fast_math {
-        simplify.extend(rules::fast_math_rules());
-    }
+    let simplify = crate::rules::select(opts.fast_math, &opts.disabled_rules)?;
     let half = opts.time_limit / 2;
     let runner = Runner::default()
         .with_scheduler(SimpleScheduler)
@@ -160,13 +185,9 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
         .with_iter_limit(opts.iter_limit)
         .with_time_limit(half)
         .with_egraph(eg)
-        .run(
-            simplify
-                .iter()
-                .map(|r| r.rewrite())
-                .collect::<Vec<_>>()
-                .iter(),
-        );
+        .run(simplify.iter().map(|r| &r.rewrite));
+    let mut fired = Vec::new();
+    count_fired(&runner, simplify.iter().map(|r| r.name), &mut fired);
     let mut reasons = vec![format!(
         "simplify: {} after {} iterations, {:.1} ms",
         stop_reason(&runner.stop_reason),
@@ -189,6 +210,7 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
             .with_time_limit(left)
             .with_egraph(eg)
             .run(all.iter().map(|r| r.rewrite()).collect::<Vec<_>>().iter());
+        count_fired(&runner, all.iter().map(|r| r.name), &mut fired);
         reasons.push(format!(
             "fuse: {} after {} iterations, {} e-nodes, {:.1} ms",
             stop_reason(&runner.stop_reason),
@@ -265,6 +287,15 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
             tracing::info!(target: "kiln::passes", "e-graph {r}");
         }
     }
+    if crate::pipeline::logging_rules() {
+        let list: Vec<String> = fired.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let list = if list.is_empty() {
+            "none".to_string()
+        } else {
+            list.join(", ")
+        };
+        tracing::info!(target: "kiln::rules", "@{}: rules fired: {list}", g.name());
+    }
     kiln_ir::verify(&out).map_err(|e| PassError::Verify {
         pass: "optimize",
         reason: e.to_string(),
@@ -276,6 +307,7 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<(Graph, OptimizeRep
         cost_before,
         cost_after,
         elapsed: start.elapsed(),
+        rules_fired: fired,
     };
     Ok((out, report))
 }
@@ -387,7 +419,7 @@ impl Emitter<'_, '_> {
                         .iter()
                         .map(|a| self.emit(*a))
                         .collect::<Result<Vec<_>, _>>()?;
-                    let op = self.eg.analysis.interner.ops[o.0 as usize].clone();
+                    let op = o.expect_op().clone();
                     let src = self.loc_of(id);
                     let loc = if op.is_view() || op.is_creation() {
                         src
