@@ -43,7 +43,9 @@ impl PassError {
     pub fn is_bug(&self) -> bool {
         match self {
             PassError::Graph { .. } | PassError::Verify { .. } => true,
-            PassError::UnknownPass(..) | PassError::Unsupported { .. } => false,
+            PassError::UnknownPass(..)
+            | PassError::UnknownRule(..)
+            | PassError::Unsupported { .. } => false,
         }
     }
 }
