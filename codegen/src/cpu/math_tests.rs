@@ -347,6 +347,22 @@ struct Stats {
     max_abs_below_floor: f64,
     worst_x: f32,
     count: usize,
+    /// The maximum ulps of each FMA mode tested, as (fma, ulps).
+    by_fma: Vec<(bool, f64)>,
+}
+
+impl Stats {
+    /// Takes in the stats of one FMA mode.
+    fn merge(&mut self, fma: bool, m: Stats) {
+        if m.max_ulp > self.max_ulp {
+            self.max_ulp = m.max_ulp;
+            self.worst_x = m.worst_x;
+        }
+        self.max_rel = self.max_rel.max(m.max_rel);
+        self.max_abs_below_floor = self.max_abs_below_floor.max(m.max_abs_below_floor);
+        self.count += m.count;
+        self.by_fma.push((fma, m.max_ulp));
+    }
 }
 
 /// The distance from `out` to `r` in units of the f32 ulp at `r`.
@@ -432,6 +448,7 @@ fn check_against(
         let vec_out = k.run(xs, ys);
         let sca_out = k.run_scalar(xs, ys);
         let mut fails = Vec::new();
+        let mut mode = Stats::default();
         for i in 0..n {
             let (v, s) = (vec_out[i], sca_out[i]);
             assert!(
@@ -441,11 +458,12 @@ fn check_against(
                 ys[i]
             );
             let r = reference(xs[i], ys[i]);
-            if let Err(why) = check_one(v, r, tol, &mut st, xs[i]) {
+            if let Err(why) = check_one(v, r, tol, &mut mode, xs[i]) {
                 fails.push(format!("x={:e} y={:e}: {why}", xs[i], ys[i]));
             }
         }
-        st.count += n;
+        mode.count = n;
+        st.merge(fma, mode);
         assert!(
             fails.is_empty(),
             "{op:?} fma={fma}: {} failures, first: {:?}",
@@ -473,10 +491,21 @@ fn check_unary_against(
         reference(f64::from(x))
     });
     let name = format!("{op:?}");
+    let modes: Vec<String> = st
+        .by_fma
+        .iter()
+        .map(|(fma, u)| format!("fma {}: {u:.2}", if *fma { "on" } else { "off" }))
+        .collect();
     eprintln!(
-        "{name:<10} max {:.2} ulp, max rel {:.3e} over |ref| >= {:e} (worst x = {:e}); \
+        "{name:<10} max {:.2} ulp ({}), max rel {:.3e} over |ref| >= {:e} (worst x = {:e}); \
          max abs below: {:.3e}; {} values",
-        st.max_ulp, st.max_rel, tol.floor, st.worst_x, st.max_abs_below_floor, st.count
+        st.max_ulp,
+        modes.join(", "),
+        st.max_rel,
+        tol.floor,
+        st.worst_x,
+        st.max_abs_below_floor,
+        st.count
     );
     st
 }
@@ -981,11 +1010,80 @@ fn special_values_are_exact() {
             let k = compile(TestOp::Unary(op), fma);
             let xs = [x; 5];
             for got in k.run(&xs, &xs).into_iter().chain(k.run_scalar(&xs, &xs)) {
+                // zeros with their sign
+                let same = got == want && (want != 0.0 || got.to_bits() == want.to_bits());
                 assert!(
-                    got == want || (got.is_nan() && want.is_nan()),
+                    same || (got.is_nan() && want.is_nan()),
                     "{op:?}({x:e}) = {got:e}, want {want:e} (fma={fma})"
                 );
             }
+        }
+    }
+}
+
+/// Every f32 (every `KILN_MATH_STRIDE`-th bit pattern, 1 by default) through the routines
+/// named in `KILN_MATH_OPS` (comma-separated `Debug` names, e.g. `Tan,Atan`; all the
+/// unary transcendentals by default), vector and scalar forms, with and without FMA,
+/// against the f64 reference: prints the maximum error of each
+/// (`cargo test -p kiln-codegen --release every_f32 -- --ignored --nocapture`).
+#[test]
+#[ignore = "minutes per op: a measurement, not a check"]
+fn every_f32() {
+    let stride: u64 = std::env::var("KILN_MATH_STRIDE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let ops = [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Log1p,
+        UnaryOp::Expm1,
+        UnaryOp::Log2,
+        UnaryOp::Exp2,
+        UnaryOp::Tan,
+        UnaryOp::Atan,
+    ];
+    let wanted = std::env::var("KILN_MATH_OPS").ok();
+    for op in ops {
+        if let Some(w) = &wanted {
+            if !w.split(',').any(|n| n == format!("{op:?}")) {
+                continue;
+            }
+        }
+        for fma in fma_modes() {
+            let k = compile(TestOp::Unary(op), fma);
+            let mut st = Stats::default();
+            let mut fails = 0usize;
+            let chunk: u64 = 1 << 20;
+            let mut start = 0u64;
+            while start < 1 << 32 {
+                let xs: Vec<f32> = (0..chunk)
+                    .map(|i| start + i * stride)
+                    .take_while(|&b| b < 1 << 32)
+                    .map(|b| f32::from_bits(b as u32))
+                    .collect();
+                let ys = vec![0.0; xs.len()];
+                for out in [k.run(&xs, &ys), k.run_scalar(&xs, &ys)] {
+                    for (&x, &o) in xs.iter().zip(&out) {
+                        let r = op.eval_f64(f64::from(x));
+                        if check_one(o, r, REL, &mut st, x).is_err() {
+                            if fails < 8 {
+                                eprintln!(
+                                    "{op:?} fma={fma}: x={x:e} ({:#x}) got {o:e}, want {r:e}",
+                                    x.to_bits()
+                                );
+                            }
+                            fails += 1;
+                        }
+                    }
+                }
+                start += chunk * stride;
+            }
+            eprintln!(
+                "{op:?} fma={fma}, 1 f32 in {stride}: max {:.2} ulp (worst x = {:e}), \
+                 max rel {:.3e}; {fails} failures",
+                st.max_ulp, st.worst_x, st.max_rel
+            );
         }
     }
 }
