@@ -659,6 +659,94 @@ fn log_is_accurate_from_denormals_to_max() {
     assert!(st.max_ulp <= 2.0, "log: {st:?}");
 }
 
+/// What log1p, expm1, log2 and exp2 are held to on their tests' inputs (ulps, relative,
+/// over |result| ≥ 1e-30): a little over the maximum measured, FMA on or off (1.40, 1.50,
+/// 1.77, 1.13).
+const LOG1P_ULP: f64 = 1.5;
+const EXPM1_ULP: f64 = 1.6;
+const LOG2_ULP: f64 = 1.9;
+const EXP2_ULP: f64 = 1.25;
+
+/// log1p from just above -1 to f32::MAX, tiny arguments relatively (they are exact inputs
+/// to the polynomial, not `log(1 + x)`).
+#[test]
+fn log1p_is_accurate_from_minus_one_to_max() {
+    let mut extra = tiny();
+    extra.extend(sweep(-1.0, 1.0, 200_001));
+    extra.extend(log_sweep(1e-45, 3.4e38, 200_001));
+    extra.extend(sweep(-0.5, 0.5, 100_001));
+    extra.extend(around(-1.0, 1000));
+    extra.extend(around(16_777_216.0, 100));
+    let mut rng = Rng(21);
+    extra.extend((0..100_000).map(|_| rng.bits().abs()));
+    let st = check_unary(UnaryOp::Log1p, inputs(20, -1.0, 100.0, &extra), REL);
+    assert!(st.max_ulp <= LOG1P_ULP, "log1p: {st:?}");
+}
+
+/// expm1 from where it is -1 to where it overflows, tiny arguments relatively (not
+/// `exp(x) - 1`).
+#[test]
+fn expm1_is_accurate_over_its_range() {
+    let mut extra = tiny();
+    extra.extend(sweep(-1.0, 1.0, 200_001));
+    extra.extend(around(88.72283, 8));
+    extra.extend(around(-17.4, 100));
+    let st = check_unary(UnaryOp::Expm1, inputs(22, -25.0, 89.0, &extra), REL);
+    assert!(st.max_ulp <= EXPM1_ULP, "expm1: {st:?}");
+}
+
+/// `2^k` for k in [-149, 127] (denormals too), built from its bits.
+fn pow2(k: i32) -> f32 {
+    if k >= -126 {
+        f32::from_bits(((k + 127) as u32) << 23)
+    } else {
+        f32::from_bits(1 << (k + 149))
+    }
+}
+
+#[test]
+fn log2_is_accurate_from_denormals_to_max() {
+    let mut extra = log_sweep(1e-45, 3.4e38, 300_001);
+    extra.extend(around(1.0, 1000));
+    extra.extend(around(2.0, 1000));
+    extra.extend(log_sweep(0.5, 2.0, 100_001));
+    let mut rng = Rng(23);
+    extra.extend((0..100_000).map(|_| rng.bits().abs()));
+    let st = check_unary(UnaryOp::Log2, inputs(24, 0.0, 100.0, &extra), REL);
+    assert!(st.max_ulp <= LOG2_ULP, "log2: {st:?}");
+    // powers of two, denormals included, give their exponent exactly
+    let xs: Vec<f32> = (-149..128).map(pow2).collect();
+    check_unary(UnaryOp::Log2, xs, EXACT);
+}
+
+#[test]
+fn exp2_is_accurate_over_its_range() {
+    let mut extra = tiny();
+    extra.extend(sweep(-1.0, 1.0, 100_001));
+    extra.extend(around(128.0, 8));
+    extra.extend(around(-126.0, 8));
+    extra.extend(around(-149.0, 8));
+    let st = check_unary(UnaryOp::Exp2, inputs(25, -152.0, 129.0, &extra), REL);
+    assert!(st.max_ulp <= EXP2_ULP, "exp2: {st:?}");
+    // integers give their power of two exactly, denormals included (bit for bit: the
+    // checks above let any result under the smallest normal pass)
+    let ks: Vec<i32> = (-160..140).collect();
+    let xs: Vec<f32> = ks.iter().map(|&k| k as f32).collect();
+    for fma in fma_modes() {
+        let kern = compile(TestOp::Unary(UnaryOp::Exp2), fma);
+        for out in [kern.run(&xs, &xs), kern.run_scalar(&xs, &xs)] {
+            for (&k, &o) in ks.iter().zip(&out) {
+                let want = match k {
+                    ..=-150 => 0.0,
+                    128.. => f32::INFINITY,
+                    _ => pow2(k),
+                };
+                assert_eq!(o.to_bits(), want.to_bits(), "exp2({k}) (fma {fma})");
+            }
+        }
+    }
+}
+
 /// Sin/cos on |x| ≤ 100: relative where the result is not near a root, else absolute 1e-6
 /// (ulps reported over |result| ≥ 1e-3).
 const TRIG: Tol = Tol {
@@ -1004,6 +1092,42 @@ fn special_values_are_exact() {
         (UnaryOp::Sqrt, -1.0, nan),
         (UnaryOp::Rsqrt, 0.0, inf),
         (UnaryOp::Recip, -0.0, -inf),
+        (UnaryOp::Log1p, -1.0, -inf),
+        (UnaryOp::Log1p, -1.5, nan),
+        (UnaryOp::Log1p, -inf, nan),
+        (UnaryOp::Log1p, inf, inf),
+        (UnaryOp::Log1p, nan, nan),
+        (UnaryOp::Log1p, 0.0, 0.0),
+        (UnaryOp::Log1p, -0.0, -0.0),
+        (UnaryOp::Log1p, f32::MAX, 88.72284),
+        (UnaryOp::Expm1, inf, inf),
+        (UnaryOp::Expm1, -inf, -1.0),
+        (UnaryOp::Expm1, nan, nan),
+        (UnaryOp::Expm1, 88.73, inf),
+        (UnaryOp::Expm1, f32::MAX, inf),
+        (UnaryOp::Expm1, -17.5, -1.0),
+        (UnaryOp::Expm1, -1e30, -1.0),
+        (UnaryOp::Expm1, 0.0, 0.0),
+        (UnaryOp::Expm1, -0.0, -0.0),
+        (UnaryOp::Log2, 0.0, -inf),
+        (UnaryOp::Log2, -0.0, -inf),
+        (UnaryOp::Log2, -1.0, nan),
+        (UnaryOp::Log2, -inf, nan),
+        (UnaryOp::Log2, inf, inf),
+        (UnaryOp::Log2, nan, nan),
+        (UnaryOp::Log2, 1.0, 0.0),
+        (UnaryOp::Log2, f32::from_bits(1), -149.0),
+        (UnaryOp::Log2, 1024.0, 10.0),
+        (UnaryOp::Exp2, inf, inf),
+        (UnaryOp::Exp2, -inf, 0.0),
+        (UnaryOp::Exp2, nan, nan),
+        (UnaryOp::Exp2, 128.0, inf),
+        (UnaryOp::Exp2, 1e30, inf),
+        (UnaryOp::Exp2, -149.0, f32::from_bits(1)),
+        (UnaryOp::Exp2, -151.0, 0.0),
+        (UnaryOp::Exp2, 0.0, 1.0),
+        (UnaryOp::Exp2, -0.0, 1.0),
+        (UnaryOp::Exp2, 127.0, 1.701_411_8e38),
     ];
     for fma in fma_modes() {
         for &(op, x, want) in cases {
