@@ -659,13 +659,16 @@ fn log_is_accurate_from_denormals_to_max() {
     assert!(st.max_ulp <= 2.0, "log: {st:?}");
 }
 
-/// What log1p, expm1, log2 and exp2 are held to on their tests' inputs (ulps, relative,
-/// over |result| ≥ 1e-30): a little over the maximum measured, FMA on or off (1.40, 1.50,
-/// 1.77, 1.13).
+/// What log1p, expm1, log2, exp2, tan and atan are held to on their tests' inputs (ulps,
+/// relative, over |result| ≥ 1e-30): a little over the maximum measured, FMA on or off
+/// (1.40, 1.50, 1.77, 1.13, 2.24 and 3.04 on |x| ≤ 1e5, 1.33).
 const LOG1P_ULP: f64 = 1.5;
 const EXPM1_ULP: f64 = 1.6;
 const LOG2_ULP: f64 = 1.9;
 const EXP2_ULP: f64 = 1.25;
+const TAN_ULP: f64 = 2.4;
+const TAN_WIDE_ULP: f64 = 3.2;
+const ATAN_ULP: f64 = 1.45;
 
 /// log1p from just above -1 to f32::MAX, tiny arguments relatively (they are exact inputs
 /// to the polynomial, not `log(1 + x)`).
@@ -789,6 +792,48 @@ fn sin_and_cos_are_accurate_to_1e5() {
         assert!(st.max_ulp <= 2.5, "{op:?} wide: {st:?}");
         assert!(st.max_abs_below_floor <= 2e-8, "{op:?} wide: {st:?}");
     }
+}
+
+/// Inputs for tan on |x| ≤ `hi`: for every multiple of π/2 up to `hi` the f32 values next
+/// to it (tan's roots and poles, where its reduction must be exact), then [`trig_inputs`]
+/// (which end in the infinities: a vector holding one takes the libm path in every lane).
+fn tan_inputs(seed: u64, hi: f64) -> Vec<f32> {
+    let kmax = (hi / std::f64::consts::FRAC_PI_2) as i64;
+    let mut v: Vec<f32> = (-kmax..=kmax)
+        .flat_map(|k| around((k as f64 * std::f64::consts::FRAC_PI_2) as f32, 1))
+        .filter(|x| f64::from(x.abs()) <= hi)
+        .collect();
+    v.extend(trig_inputs(seed, hi));
+    v
+}
+
+/// tan relatively everywhere up to 1e5, next to every root and pole included (its
+/// reduction is exact up to its final roundings), and libm's value past 1e5.
+#[test]
+fn tan_is_accurate_to_1e5_and_past_it() {
+    let st = check_unary(UnaryOp::Tan, tan_inputs(26, 100.0), REL);
+    assert!(st.max_ulp <= TAN_ULP, "tan: {st:?}");
+    let st = check_unary(UnaryOp::Tan, tan_inputs(27, 1e5), REL);
+    assert!(st.max_ulp <= TAN_WIDE_ULP, "tan wide: {st:?}");
+    // past 1e5 (or infinite) the libm path, correctly rounded from f64 (lanes under 1e5 are
+    // left out: in a vector with a lane past it they take that path too)
+    let mut rng = Rng(28);
+    let xs: Vec<f32> = (0..200_000)
+        .map(|_| rng.bits())
+        .filter(|x| x.is_nan() || x.abs() > 1e5)
+        .collect();
+    let st = check_unary(UnaryOp::Tan, xs, REL);
+    assert!(st.max_ulp <= 0.5, "tan past 1e5: {st:?}");
+}
+
+#[test]
+fn atan_is_accurate_everywhere() {
+    let mut extra = tiny();
+    extra.extend(sweep(-2.0, 2.0, 200_001));
+    extra.extend(log_sweep(1e-45, 3.4e38, 200_001));
+    extra.extend(around(1.0, 1000));
+    let st = check_unary(UnaryOp::Atan, inputs(29, -100.0, 100.0, &extra), REL);
+    assert!(st.max_ulp <= ATAN_ULP, "atan: {st:?}");
 }
 
 #[test]
@@ -1128,6 +1173,17 @@ fn special_values_are_exact() {
         (UnaryOp::Exp2, 0.0, 1.0),
         (UnaryOp::Exp2, -0.0, 1.0),
         (UnaryOp::Exp2, 127.0, 1.701_411_8e38),
+        (UnaryOp::Tan, 0.0, 0.0),
+        (UnaryOp::Tan, -0.0, -0.0),
+        (UnaryOp::Tan, inf, nan),
+        (UnaryOp::Tan, -inf, nan),
+        (UnaryOp::Tan, nan, nan),
+        (UnaryOp::Atan, inf, std::f32::consts::FRAC_PI_2),
+        (UnaryOp::Atan, -inf, -std::f32::consts::FRAC_PI_2),
+        (UnaryOp::Atan, nan, nan),
+        (UnaryOp::Atan, 0.0, 0.0),
+        (UnaryOp::Atan, -0.0, -0.0),
+        (UnaryOp::Atan, f32::MAX, std::f32::consts::FRAC_PI_2),
     ];
     for fma in fma_modes() {
         for &(op, x, want) in cases {
