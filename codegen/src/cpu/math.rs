@@ -4,8 +4,9 @@
 //! loop's body and a vector loop's body. The transcendental functions are branch-free
 //! straight-line code (range reduction, a minimax polynomial in Horner form, integer tricks
 //! on the bits, masks and selects for the special cases): no per-lane libm calls and no
-//! control flow. Only `pow` calls out (`kiln_powf`, lane by lane for vectors): register
-//! [`libm_symbols`] with the `JITBuilder` before building the module.
+//! control flow. Only `pow`, `fmod` and `atan2` call out (lane by lane for vectors), and
+//! `sin`, `cos` and `tan` for arguments past 1e5: register [`libm_symbols`] with the
+//! `JITBuilder` before building the module.
 //!
 //! Reference semantics: `UnaryOp::eval_f64` / `BinaryOp::eval_f64` (computed in f64 and
 //! rounded to f32). The polynomials were fitted with a Remez exchange for the relative
@@ -19,6 +20,12 @@
 //! | exp | `2^n·(1 + r(1 + r·P(r)))`, n added into the exponent bits | `n = round(x/ln2)` by the 1.5·2²³ shifter, `r = x - n·ln2` with a 2-part ln2 (first product exact), \|r\| ≤ ln2/2 | P deg 4, total deg 6 (3.1e-9) | 1.16 ulp (9.7e-8) | x ∈ [-87.34, 88.72]; above → +inf, below → 0 (outputs under 2⁻¹²⁶ flushed), exp(NaN) = NaN |
 //! | log | `k·ln2 + f - f²/2 + f³·P(f)` | `x = m·2^k`, m ∈ [√½, √2), `f = m - 1` exact; denormals scaled by 2²³ first | P deg 7, total deg 10 (5.8e-9) | 0.81 ulp (8.0e-8) | all x > 0 incl. denormals; log 0 = -inf, log(x<0) = NaN, log inf = inf |
 //! | sin, cos | `±sin r` or `±cos r` by the quadrant `j mod 4` | `j = round(2x/π)`, Cody–Waite `r = x - j·π/2` with a 3-part π/2 (8 + 8 + 24 bits), \|r\| ≤ π/4 | sin `r + r³S(r²)`, S deg 2 (3.8e-9); cos `1 - r²/2 + r⁴C(r²)`, C deg 2 (1.2e-10) | 1.57 ulp (1.3e-7) where \|y\| ≥ 0.1 (≥ 1e-3 for \|x\| ≤ 100); absolute ≤ 9.4e-9 near the roots | \|x\| ≤ 1e5 (products exact for \|j\| < 2¹⁶); when any lane is past it (or infinite), a branch computes every lane with libm's f64 sine/cosine (`kiln_sinf`/`kiln_cosf`), as eager does; NaN → NaN |
+//! | log1p | `k·ln2 + ln(1 + f)` as log, `f = (m - 1) + c·2^-k` rounded once | `u = 1 + x` and its rounding error `c = x - (u - 1)` (exact); `u = m·2^k` as log's | log's P | 1.41 ulp (1.2e-7) | all x > -1 (tiny x: k = 0, f = x exactly); log1p(-1) = -inf, log1p(x<-1) = NaN, log1p(inf) = inf, -0 → -0 |
+//! | expm1 | `2·(h·(e^r - 1) + (h - 1/2))`, `h = 2^(n-1)` (= `2^n(e^r - 1) + 2^n - 1`, no 2^128 needed) | exp's, on x clamped to [-20, 89] | `e^r - 1 = r + r²P(r)`, exp's P | 1.53 ulp (1.2e-7) | all x (tiny x: n = 0, `r + r²P`); past 88.72 → +inf, → -1 below -17.4, -0 → -0 |
+//! | log2 | `k + L·(f - f²/2 + f³P(f))`, L = log2(e) in two parts, k added last | log's, denormals included | log's P | 0.98 ulp with FMA, 1.93 without (1.5e-7) | all x > 0; exact on powers of two (denormals too); specials as log |
+//! | exp2 | `2^r·2^(n>>1)·2^(n-(n>>1))`, `2^r = e^(r·ln2)` (exp's polynomial) | `n = round(x)` by the shifter, `r = x - n` exact, \|r\| ≤ 1/2; x clamped to ±160 | exp's P | 1.15 ulp (9.5e-8) | all x; exact on integers; ≥ 128 → +inf; under 2⁻¹²⁶ correctly rounded denormals (no flush), 0 below 2⁻¹⁵⁰ |
+//! | tan | `tan r` (j even) or `-1/tan r` (j odd), `tan r = r + r³T(r²)` | sin's quadrant j; `r = x - j·π/2` exact but for its roundings, as tan needs r relatively near its roots and poles (\|r\| ≥ 4.2e-9 for f32 x ≤ 1e5): with FMA 3 fused steps (π/2 as 3 × 24 bits, the first step exact, r rounded twice), without in f64 (π/2 as 33 + 33 + 53 bits, r rounded once) | T deg 6 on \|r\| ≤ 0.8 (3.3e-9) | 3.04 ulp with FMA, 2.43 without (1.9e-7), relative everywhere, poles and roots included | \|x\| ≤ 1e5; past it (or infinite) libm's f64 tangent (`kiln_tanf`) for the whole vector, as sin/cos; ±0 → ±0 |
+//! | atan | `w + w³A(w²)`, past 1 `π/2 - atan w` (π/2 in two parts) | `w = min(\|x\|, 1)/max(\|x\|, 1)`, sign restored | A deg 8 on [0, 1] (3.4e-9) | 1.43 ulp (1.3e-7) | all x; atan ±inf = ±π/2, ±0 → ±0 |
 //! | tanh | `sign(x)·(-t/(2 + t))`, `t = expm1(-2\|x\|)` (one path for all x, no select) | expm1 as exp's (`2^n·(r + r²P(r)) + (2^n - 1)`, exact scale), 2\|x\| clamped to 20 | exp's P | 2.49 ulp (1.6e-7) | all x; tanh ±inf = ±1 |
 //! | erf | `x·(2/√π + x²·Q(x²))` for \|x\| < 0.75, else `±(1 - e^(-x²)·R(\|x\|))` | `x² = xh² + xl·(x + xh)` split exactly into exp (xh: 12 bits) | Q deg 4 in x² (1.4e-9); R deg 10 in `(a-3)/(a+3)` on a ∈ [0, 10] (1.4e-9) | 1.92 ulp (1.6e-7) | all x; erf ±inf = ±1 |
 //! | sigmoid | `1/(1 + e^-x)` | via exp | - | 2.28 ulp (1.5e-7) | all x; x < -88.7 gives 0 (true value < 3e-39) |
@@ -33,6 +40,9 @@
 //! silu, whose left tails tend to 0, the bound below |y| = 1e-3 is absolute (the tests allow
 //! 1e-7), and for sin/cos near their roots absolute (the tests allow 1e-6). The gelu row is
 //! against `x·erfc(-x/√2)/2`: the reference's `1 + erf(x/√2)` cancels in f64 for x ≲ -5.
+//! The rows of log1p, expm1, log2, exp2, tan and atan are also the worst of one f32 bit
+//! pattern in 31, every sign and exponent, through both forms (`every_f32`, an ignored
+//! test; every f32 takes hours).
 //!
 //! Bounded arguments: where the loop nest's value ranges (`loops/ranges.rs`) put the
 //! argument of `tanh`, `sigmoid`, `erf` or `exp` in a short finite interval, the op is one
@@ -74,8 +84,8 @@ pub(crate) use fitted::{fit_chain, Fitted};
 use kiln_ir::{BinaryOp, UnaryOp};
 
 /// Library routines generated code calls lane by lane: each computes in f64 with the
-/// `libm` crate and rounds once, as eager does. `pow`, `fmod` and `atan2` stay calls; the
-/// others are calls until a vector routine replaces them.
+/// `libm` crate and rounds once, as eager does. `pow`, `fmod` and `atan2` are calls;
+/// `sin`, `cos` and `tan` only on their large-argument path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Libm {
     /// `x^y`
@@ -88,34 +98,19 @@ pub(crate) enum Libm {
     Sin,
     /// cosine (the large-argument path of `cos`)
     Cos,
-    /// `log(1 + x)`
-    Log1p,
-    /// `e^x - 1`
-    Expm1,
-    /// `log2 x`
-    Log2,
-    /// `2^x`
-    Exp2,
-    /// `tan x`
+    /// tangent (the large-argument path of `tan`)
     Tan,
-    /// `atan x`
-    Atan,
 }
 
 impl Libm {
     /// Every routine, in the order of [`Math`]'s imports.
-    const ALL: [Libm; 11] = [
+    const ALL: [Libm; 6] = [
         Libm::Pow,
         Libm::Fmod,
         Libm::Atan2,
         Libm::Sin,
         Libm::Cos,
-        Libm::Log1p,
-        Libm::Expm1,
-        Libm::Log2,
-        Libm::Exp2,
         Libm::Tan,
-        Libm::Atan,
     ];
 
     /// The symbol the JIT module imports it under, its arity and its address.
@@ -135,23 +130,8 @@ impl Libm {
         extern "C" fn cos(x: f32) -> f32 {
             libm::cos(f64::from(x)) as f32
         }
-        extern "C" fn log1p(x: f32) -> f32 {
-            libm::log1p(f64::from(x)) as f32
-        }
-        extern "C" fn expm1(x: f32) -> f32 {
-            libm::expm1(f64::from(x)) as f32
-        }
-        extern "C" fn log2(x: f32) -> f32 {
-            libm::log2(f64::from(x)) as f32
-        }
-        extern "C" fn exp2(x: f32) -> f32 {
-            libm::exp2(f64::from(x)) as f32
-        }
         extern "C" fn tan(x: f32) -> f32 {
             libm::tan(f64::from(x)) as f32
-        }
-        extern "C" fn atan(x: f32) -> f32 {
-            libm::atan(f64::from(x)) as f32
         }
         match self {
             Libm::Pow => ("kiln_powf", 2, pow as *const u8),
@@ -159,18 +139,13 @@ impl Libm {
             Libm::Atan2 => ("kiln_atan2f", 2, atan2 as *const u8),
             Libm::Sin => ("kiln_sinf", 1, sin as *const u8),
             Libm::Cos => ("kiln_cosf", 1, cos as *const u8),
-            Libm::Log1p => ("kiln_log1pf", 1, log1p as *const u8),
-            Libm::Expm1 => ("kiln_expm1f", 1, expm1 as *const u8),
-            Libm::Log2 => ("kiln_log2f", 1, log2 as *const u8),
-            Libm::Exp2 => ("kiln_exp2f", 1, exp2 as *const u8),
             Libm::Tan => ("kiln_tanf", 1, tan as *const u8),
-            Libm::Atan => ("kiln_atanf", 1, atan as *const u8),
         }
     }
 }
 
-/// Beyond this |x| the polynomial sine and cosine lose accuracy (their Cody–Waite
-/// reduction is exact up to about 1e5): such lanes take the libm path.
+/// Beyond this |x| the polynomial sine, cosine and tangent lose accuracy (their Cody–Waite
+/// reductions are exact up to about 1e5): such lanes take the libm path.
 const TRIG_LIMIT: f32 = 1e5;
 
 /// libm symbols the JIT module must know (registered with `JITBuilder::symbol` before the
@@ -325,8 +300,14 @@ impl Math {
                 e.cdiv(1.0, s)
             }
             UnaryOp::Recip => e.cdiv(1.0, x),
-            UnaryOp::Sin => self.trig(e, x, false),
-            UnaryOp::Cos => self.trig(e, x, true),
+            UnaryOp::Sin => {
+                let fast = trig::sin_cos(e, x, false);
+                self.libm_past_trig_limit(e, x, fast, Libm::Sin)
+            }
+            UnaryOp::Cos => {
+                let fast = trig::sin_cos(e, x, true);
+                self.libm_past_trig_limit(e, x, fast, Libm::Cos)
+            }
             UnaryOp::Tanh => act::tanh(e, x, range),
             UnaryOp::Erf => erf::erf(e, x),
             UnaryOp::Sigmoid => act::sigmoid(e, x, range),
@@ -347,12 +328,15 @@ impl Math {
                 let t = e.sel(neg, minus_one, zero);
                 e.sel(pos, one, t)
             }
-            UnaryOp::Log1p => self.lanes(e, Libm::Log1p, &[x]),
-            UnaryOp::Expm1 => self.lanes(e, Libm::Expm1, &[x]),
-            UnaryOp::Log2 => self.lanes(e, Libm::Log2, &[x]),
-            UnaryOp::Exp2 => self.lanes(e, Libm::Exp2, &[x]),
-            UnaryOp::Tan => self.lanes(e, Libm::Tan, &[x]),
-            UnaryOp::Atan => self.lanes(e, Libm::Atan, &[x]),
+            UnaryOp::Log1p => exp_log::log1p(e, x),
+            UnaryOp::Expm1 => exp_log::expm1(e, x),
+            UnaryOp::Log2 => exp_log::log2(e, x),
+            UnaryOp::Exp2 => exp_log::exp2(e, x),
+            UnaryOp::Tan => {
+                let fast = trig::tan(e, x);
+                self.libm_past_trig_limit(e, x, fast, Libm::Tan)
+            }
+            UnaryOp::Atan => trig::atan(e, x),
             // bool results: [`Math::bool_unary`]
             UnaryOp::Isnan | UnaryOp::Isinf | UnaryOp::LogicalNot | UnaryOp::BitwiseNot => {
                 unreachable!("{} has a bool result", op.name())
@@ -484,10 +468,10 @@ impl Math {
         }
     }
 
-    /// Sine or cosine: the polynomial, and where any lane's |x| exceeds [`TRIG_LIMIT`] (or
-    /// is infinite) the libm value for every lane, through a branch taken only then.
-    fn trig(&self, e: &mut Em, x: Value, cos: bool) -> Value {
-        let fast = trig::sin_cos(e, x, cos);
+    /// Sine, cosine or tangent: `fast` (the polynomial routine's value), and where any
+    /// lane's |x| exceeds [`TRIG_LIMIT`] (or is infinite) libm's value `l` for every lane,
+    /// through a branch taken only then.
+    fn libm_past_trig_limit(&self, e: &mut Em, x: Value, fast: Value, l: Libm) -> Value {
         let ax = e.abs(x);
         let limit = e.c(TRIG_LIMIT);
         let big = e.b.ins().fcmp(FloatCC::GreaterThan, ax, limit);
@@ -501,7 +485,7 @@ impl Math {
         let out = e.b.append_block_param(join, e.ty);
         e.b.ins().brif(any, slow, &[], join, &[fast.into()]);
         e.b.switch_to_block(slow);
-        let exact = self.lanes(e, if cos { Libm::Cos } else { Libm::Sin }, &[x]);
+        let exact = self.lanes(e, l, &[x]);
         e.b.ins().jump(join, &[exact.into()]);
         e.b.switch_to_block(join);
         out

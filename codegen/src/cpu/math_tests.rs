@@ -347,6 +347,22 @@ struct Stats {
     max_abs_below_floor: f64,
     worst_x: f32,
     count: usize,
+    /// The maximum ulps of each FMA mode tested, as (fma, ulps).
+    by_fma: Vec<(bool, f64)>,
+}
+
+impl Stats {
+    /// Takes in the stats of one FMA mode.
+    fn merge(&mut self, fma: bool, m: Stats) {
+        if m.max_ulp > self.max_ulp {
+            self.max_ulp = m.max_ulp;
+            self.worst_x = m.worst_x;
+        }
+        self.max_rel = self.max_rel.max(m.max_rel);
+        self.max_abs_below_floor = self.max_abs_below_floor.max(m.max_abs_below_floor);
+        self.count += m.count;
+        self.by_fma.push((fma, m.max_ulp));
+    }
 }
 
 /// The distance from `out` to `r` in units of the f32 ulp at `r`.
@@ -432,6 +448,7 @@ fn check_against(
         let vec_out = k.run(xs, ys);
         let sca_out = k.run_scalar(xs, ys);
         let mut fails = Vec::new();
+        let mut mode = Stats::default();
         for i in 0..n {
             let (v, s) = (vec_out[i], sca_out[i]);
             assert!(
@@ -441,11 +458,12 @@ fn check_against(
                 ys[i]
             );
             let r = reference(xs[i], ys[i]);
-            if let Err(why) = check_one(v, r, tol, &mut st, xs[i]) {
+            if let Err(why) = check_one(v, r, tol, &mut mode, xs[i]) {
                 fails.push(format!("x={:e} y={:e}: {why}", xs[i], ys[i]));
             }
         }
-        st.count += n;
+        mode.count = n;
+        st.merge(fma, mode);
         assert!(
             fails.is_empty(),
             "{op:?} fma={fma}: {} failures, first: {:?}",
@@ -473,10 +491,21 @@ fn check_unary_against(
         reference(f64::from(x))
     });
     let name = format!("{op:?}");
+    let modes: Vec<String> = st
+        .by_fma
+        .iter()
+        .map(|(fma, u)| format!("fma {}: {u:.2}", if *fma { "on" } else { "off" }))
+        .collect();
     eprintln!(
-        "{name:<10} max {:.2} ulp, max rel {:.3e} over |ref| >= {:e} (worst x = {:e}); \
+        "{name:<10} max {:.2} ulp ({}), max rel {:.3e} over |ref| >= {:e} (worst x = {:e}); \
          max abs below: {:.3e}; {} values",
-        st.max_ulp, st.max_rel, tol.floor, st.worst_x, st.max_abs_below_floor, st.count
+        st.max_ulp,
+        modes.join(", "),
+        st.max_rel,
+        tol.floor,
+        st.worst_x,
+        st.max_abs_below_floor,
+        st.count
     );
     st
 }
@@ -630,6 +659,97 @@ fn log_is_accurate_from_denormals_to_max() {
     assert!(st.max_ulp <= 2.0, "log: {st:?}");
 }
 
+/// What log1p, expm1, log2, exp2, tan and atan are held to on their tests' inputs (ulps,
+/// relative, over |result| ≥ 1e-30): a little over the maximum measured, FMA on or off
+/// (1.40, 1.50, 1.77, 1.13, 2.24 and 3.04 on |x| ≤ 1e5, 1.33).
+const LOG1P_ULP: f64 = 1.5;
+const EXPM1_ULP: f64 = 1.6;
+const LOG2_ULP: f64 = 1.9;
+const EXP2_ULP: f64 = 1.25;
+const TAN_ULP: f64 = 2.4;
+const TAN_WIDE_ULP: f64 = 3.2;
+const ATAN_ULP: f64 = 1.45;
+
+/// log1p from just above -1 to f32::MAX, tiny arguments relatively (they are exact inputs
+/// to the polynomial, not `log(1 + x)`).
+#[test]
+fn log1p_is_accurate_from_minus_one_to_max() {
+    let mut extra = tiny();
+    extra.extend(sweep(-1.0, 1.0, 200_001));
+    extra.extend(log_sweep(1e-45, 3.4e38, 200_001));
+    extra.extend(sweep(-0.5, 0.5, 100_001));
+    extra.extend(around(-1.0, 1000));
+    extra.extend(around(16_777_216.0, 100));
+    let mut rng = Rng(21);
+    extra.extend((0..100_000).map(|_| rng.bits().abs()));
+    let st = check_unary(UnaryOp::Log1p, inputs(20, -1.0, 100.0, &extra), REL);
+    assert!(st.max_ulp <= LOG1P_ULP, "log1p: {st:?}");
+}
+
+/// expm1 from where it is -1 to where it overflows, tiny arguments relatively (not
+/// `exp(x) - 1`).
+#[test]
+fn expm1_is_accurate_over_its_range() {
+    let mut extra = tiny();
+    extra.extend(sweep(-1.0, 1.0, 200_001));
+    extra.extend(around(88.72283, 8));
+    extra.extend(around(-17.4, 100));
+    let st = check_unary(UnaryOp::Expm1, inputs(22, -25.0, 89.0, &extra), REL);
+    assert!(st.max_ulp <= EXPM1_ULP, "expm1: {st:?}");
+}
+
+/// `2^k` for k in [-149, 127] (denormals too), built from its bits.
+fn pow2(k: i32) -> f32 {
+    if k >= -126 {
+        f32::from_bits(((k + 127) as u32) << 23)
+    } else {
+        f32::from_bits(1 << (k + 149))
+    }
+}
+
+#[test]
+fn log2_is_accurate_from_denormals_to_max() {
+    let mut extra = log_sweep(1e-45, 3.4e38, 300_001);
+    extra.extend(around(1.0, 1000));
+    extra.extend(around(2.0, 1000));
+    extra.extend(log_sweep(0.5, 2.0, 100_001));
+    let mut rng = Rng(23);
+    extra.extend((0..100_000).map(|_| rng.bits().abs()));
+    let st = check_unary(UnaryOp::Log2, inputs(24, 0.0, 100.0, &extra), REL);
+    assert!(st.max_ulp <= LOG2_ULP, "log2: {st:?}");
+    // powers of two, denormals included, give their exponent exactly
+    let xs: Vec<f32> = (-149..128).map(pow2).collect();
+    check_unary(UnaryOp::Log2, xs, EXACT);
+}
+
+#[test]
+fn exp2_is_accurate_over_its_range() {
+    let mut extra = tiny();
+    extra.extend(sweep(-1.0, 1.0, 100_001));
+    extra.extend(around(128.0, 8));
+    extra.extend(around(-126.0, 8));
+    extra.extend(around(-149.0, 8));
+    let st = check_unary(UnaryOp::Exp2, inputs(25, -152.0, 129.0, &extra), REL);
+    assert!(st.max_ulp <= EXP2_ULP, "exp2: {st:?}");
+    // integers give their power of two exactly, denormals included (bit for bit: the
+    // checks above let any result under the smallest normal pass)
+    let ks: Vec<i32> = (-160..140).collect();
+    let xs: Vec<f32> = ks.iter().map(|&k| k as f32).collect();
+    for fma in fma_modes() {
+        let kern = compile(TestOp::Unary(UnaryOp::Exp2), fma);
+        for out in [kern.run(&xs, &xs), kern.run_scalar(&xs, &xs)] {
+            for (&k, &o) in ks.iter().zip(&out) {
+                let want = match k {
+                    ..=-150 => 0.0,
+                    128.. => f32::INFINITY,
+                    _ => pow2(k),
+                };
+                assert_eq!(o.to_bits(), want.to_bits(), "exp2({k}) (fma {fma})");
+            }
+        }
+    }
+}
+
 /// Sin/cos on |x| ≤ 100: relative where the result is not near a root, else absolute 1e-6
 /// (ulps reported over |result| ≥ 1e-3).
 const TRIG: Tol = Tol {
@@ -672,6 +792,48 @@ fn sin_and_cos_are_accurate_to_1e5() {
         assert!(st.max_ulp <= 2.5, "{op:?} wide: {st:?}");
         assert!(st.max_abs_below_floor <= 2e-8, "{op:?} wide: {st:?}");
     }
+}
+
+/// Inputs for tan on |x| ≤ `hi`: for every multiple of π/2 up to `hi` the f32 values next
+/// to it (tan's roots and poles, where its reduction must be exact), then [`trig_inputs`]
+/// (which end in the infinities: a vector holding one takes the libm path in every lane).
+fn tan_inputs(seed: u64, hi: f64) -> Vec<f32> {
+    let kmax = (hi / std::f64::consts::FRAC_PI_2) as i64;
+    let mut v: Vec<f32> = (-kmax..=kmax)
+        .flat_map(|k| around((k as f64 * std::f64::consts::FRAC_PI_2) as f32, 1))
+        .filter(|x| f64::from(x.abs()) <= hi)
+        .collect();
+    v.extend(trig_inputs(seed, hi));
+    v
+}
+
+/// tan relatively everywhere up to 1e5, next to every root and pole included (its
+/// reduction is exact up to its final roundings), and libm's value past 1e5.
+#[test]
+fn tan_is_accurate_to_1e5_and_past_it() {
+    let st = check_unary(UnaryOp::Tan, tan_inputs(26, 100.0), REL);
+    assert!(st.max_ulp <= TAN_ULP, "tan: {st:?}");
+    let st = check_unary(UnaryOp::Tan, tan_inputs(27, 1e5), REL);
+    assert!(st.max_ulp <= TAN_WIDE_ULP, "tan wide: {st:?}");
+    // past 1e5 (or infinite) the libm path, correctly rounded from f64 (lanes under 1e5 are
+    // left out: in a vector with a lane past it they take that path too)
+    let mut rng = Rng(28);
+    let xs: Vec<f32> = (0..200_000)
+        .map(|_| rng.bits())
+        .filter(|x| x.is_nan() || x.abs() > 1e5)
+        .collect();
+    let st = check_unary(UnaryOp::Tan, xs, REL);
+    assert!(st.max_ulp <= 0.5, "tan past 1e5: {st:?}");
+}
+
+#[test]
+fn atan_is_accurate_everywhere() {
+    let mut extra = tiny();
+    extra.extend(sweep(-2.0, 2.0, 200_001));
+    extra.extend(log_sweep(1e-45, 3.4e38, 200_001));
+    extra.extend(around(1.0, 1000));
+    let st = check_unary(UnaryOp::Atan, inputs(29, -100.0, 100.0, &extra), REL);
+    assert!(st.max_ulp <= ATAN_ULP, "atan: {st:?}");
 }
 
 #[test]
@@ -975,17 +1137,133 @@ fn special_values_are_exact() {
         (UnaryOp::Sqrt, -1.0, nan),
         (UnaryOp::Rsqrt, 0.0, inf),
         (UnaryOp::Recip, -0.0, -inf),
+        (UnaryOp::Log1p, -1.0, -inf),
+        (UnaryOp::Log1p, -1.5, nan),
+        (UnaryOp::Log1p, -inf, nan),
+        (UnaryOp::Log1p, inf, inf),
+        (UnaryOp::Log1p, nan, nan),
+        (UnaryOp::Log1p, 0.0, 0.0),
+        (UnaryOp::Log1p, -0.0, -0.0),
+        (UnaryOp::Log1p, f32::MAX, 88.72284),
+        (UnaryOp::Expm1, inf, inf),
+        (UnaryOp::Expm1, -inf, -1.0),
+        (UnaryOp::Expm1, nan, nan),
+        (UnaryOp::Expm1, 88.73, inf),
+        (UnaryOp::Expm1, f32::MAX, inf),
+        (UnaryOp::Expm1, -17.5, -1.0),
+        (UnaryOp::Expm1, -1e30, -1.0),
+        (UnaryOp::Expm1, 0.0, 0.0),
+        (UnaryOp::Expm1, -0.0, -0.0),
+        (UnaryOp::Log2, 0.0, -inf),
+        (UnaryOp::Log2, -0.0, -inf),
+        (UnaryOp::Log2, -1.0, nan),
+        (UnaryOp::Log2, -inf, nan),
+        (UnaryOp::Log2, inf, inf),
+        (UnaryOp::Log2, nan, nan),
+        (UnaryOp::Log2, 1.0, 0.0),
+        (UnaryOp::Log2, f32::from_bits(1), -149.0),
+        (UnaryOp::Log2, 1024.0, 10.0),
+        (UnaryOp::Exp2, inf, inf),
+        (UnaryOp::Exp2, -inf, 0.0),
+        (UnaryOp::Exp2, nan, nan),
+        (UnaryOp::Exp2, 128.0, inf),
+        (UnaryOp::Exp2, 1e30, inf),
+        (UnaryOp::Exp2, -149.0, f32::from_bits(1)),
+        (UnaryOp::Exp2, -151.0, 0.0),
+        (UnaryOp::Exp2, 0.0, 1.0),
+        (UnaryOp::Exp2, -0.0, 1.0),
+        (UnaryOp::Exp2, 127.0, 1.701_411_8e38),
+        (UnaryOp::Tan, 0.0, 0.0),
+        (UnaryOp::Tan, -0.0, -0.0),
+        (UnaryOp::Tan, inf, nan),
+        (UnaryOp::Tan, -inf, nan),
+        (UnaryOp::Tan, nan, nan),
+        (UnaryOp::Atan, inf, std::f32::consts::FRAC_PI_2),
+        (UnaryOp::Atan, -inf, -std::f32::consts::FRAC_PI_2),
+        (UnaryOp::Atan, nan, nan),
+        (UnaryOp::Atan, 0.0, 0.0),
+        (UnaryOp::Atan, -0.0, -0.0),
+        (UnaryOp::Atan, f32::MAX, std::f32::consts::FRAC_PI_2),
     ];
     for fma in fma_modes() {
         for &(op, x, want) in cases {
             let k = compile(TestOp::Unary(op), fma);
             let xs = [x; 5];
             for got in k.run(&xs, &xs).into_iter().chain(k.run_scalar(&xs, &xs)) {
+                // zeros with their sign
+                let same = got == want && (want != 0.0 || got.to_bits() == want.to_bits());
                 assert!(
-                    got == want || (got.is_nan() && want.is_nan()),
+                    same || (got.is_nan() && want.is_nan()),
                     "{op:?}({x:e}) = {got:e}, want {want:e} (fma={fma})"
                 );
             }
+        }
+    }
+}
+
+/// Every f32 (every `KILN_MATH_STRIDE`-th bit pattern, 1 by default) through the routines
+/// named in `KILN_MATH_OPS` (comma-separated `Debug` names, e.g. `Tan,Atan`; all the
+/// unary transcendentals by default), vector and scalar forms, with and without FMA,
+/// against the f64 reference: prints the maximum error of each
+/// (`cargo test -p kiln-codegen --release every_f32 -- --ignored --nocapture`).
+#[test]
+#[ignore = "minutes per op: a measurement, not a check"]
+fn every_f32() {
+    let stride: u64 = std::env::var("KILN_MATH_STRIDE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let ops = [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Log1p,
+        UnaryOp::Expm1,
+        UnaryOp::Log2,
+        UnaryOp::Exp2,
+        UnaryOp::Tan,
+        UnaryOp::Atan,
+    ];
+    let wanted = std::env::var("KILN_MATH_OPS").ok();
+    for op in ops {
+        if let Some(w) = &wanted {
+            if !w.split(',').any(|n| n == format!("{op:?}")) {
+                continue;
+            }
+        }
+        for fma in fma_modes() {
+            let k = compile(TestOp::Unary(op), fma);
+            let mut st = Stats::default();
+            let mut fails = 0usize;
+            let chunk: u64 = 1 << 20;
+            let mut start = 0u64;
+            while start < 1 << 32 {
+                let xs: Vec<f32> = (0..chunk)
+                    .map(|i| start + i * stride)
+                    .take_while(|&b| b < 1 << 32)
+                    .map(|b| f32::from_bits(b as u32))
+                    .collect();
+                let ys = vec![0.0; xs.len()];
+                for out in [k.run(&xs, &ys), k.run_scalar(&xs, &ys)] {
+                    for (&x, &o) in xs.iter().zip(&out) {
+                        let r = op.eval_f64(f64::from(x));
+                        if check_one(o, r, REL, &mut st, x).is_err() {
+                            if fails < 8 {
+                                eprintln!(
+                                    "{op:?} fma={fma}: x={x:e} ({:#x}) got {o:e}, want {r:e}",
+                                    x.to_bits()
+                                );
+                            }
+                            fails += 1;
+                        }
+                    }
+                }
+                start += chunk * stride;
+            }
+            eprintln!(
+                "{op:?} fma={fma}, 1 f32 in {stride}: max {:.2} ulp (worst x = {:e}), \
+                 max rel {:.3e}; {fails} failures",
+                st.max_ulp, st.worst_x, st.max_rel
+            );
         }
     }
 }

@@ -9,7 +9,9 @@
 //! [`Em::min_keep_nan`] and [`Em::max_keep_nan`]).
 
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{
+    types, ConstantData, Endianness, InstBuilder, MemFlagsData, Type, Value,
+};
 use cranelift_frontend::FunctionBuilder;
 
 /// Emission context for one float type.
@@ -255,6 +257,53 @@ impl<'a, 'f> Em<'a, 'f> {
     /// The sign bit of `x` (`x & 0x8000_0000`) as a float.
     pub(super) fn sign_of(&mut self, x: Value) -> Value {
         self.band_bits(x, 0x8000_0000)
+    }
+
+    /// `x` in double precision (exactly): one `F64` for `F32`, two `F64X2` (lanes 0–1, then
+    /// 2–3) for `F32X4`.
+    pub(super) fn widen(&mut self, x: Value) -> Vec<Value> {
+        if !self.is_vec() {
+            return vec![self.b.ins().fpromote(types::F64, x)];
+        }
+        let lo = self.b.ins().fvpromote_low(x);
+        // lanes 2, 3 moved to 0, 1 (one `pshufd`)
+        let high = self.shuffle_lanes(x, x, [2, 3, 2, 3]);
+        let hi = self.b.ins().fvpromote_low(high);
+        vec![lo, hi]
+    }
+
+    /// The values of [`Em::widen`]'s form rounded to f32 and put back into one `F32`/`F32X4`.
+    pub(super) fn narrow(&mut self, parts: &[Value]) -> Value {
+        if !self.is_vec() {
+            return self.b.ins().fdemote(types::F32, parts[0]);
+        }
+        let lo = self.b.ins().fvdemote(parts[0]);
+        let hi = self.b.ins().fvdemote(parts[1]);
+        self.shuffle_lanes(lo, hi, [0, 1, 4, 5])
+    }
+
+    /// An f64 constant of [`Em::widen`]'s type (`F64`, or an `F64X2` splat).
+    pub(super) fn c64(&mut self, v: f64) -> Value {
+        if !self.is_vec() {
+            return self.b.ins().f64const(v);
+        }
+        let bytes: Vec<u8> = (0..2).flat_map(|_| v.to_bits().to_le_bytes()).collect();
+        let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+        self.b.ins().vconst(types::F64X2, c)
+    }
+
+    /// The `F32X4` whose lane `i` is lane `lanes[i]` of `a` (0–3) or of `b` (4–7).
+    fn shuffle_lanes(&mut self, a: Value, b: Value, lanes: [u8; 4]) -> Value {
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let ab = self.b.ins().bitcast(types::I8X16, little, a);
+        let bb = self.b.ins().bitcast(types::I8X16, little, b);
+        let mask: Vec<u8> = lanes
+            .iter()
+            .flat_map(|&l| (0..4).map(move |k| 4 * l + k))
+            .collect();
+        let mask = self.b.func.dfg.immediates.push(ConstantData::from(mask));
+        let r = self.b.ins().shuffle(ab, bb, mask);
+        self.b.ins().bitcast(types::F32X4, little, r)
     }
 
     /// A mask of the lanes whose integer `i` has bit 0 set.
