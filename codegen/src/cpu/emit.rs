@@ -363,7 +363,22 @@ fn float_cc(op: BinaryOp) -> Option<FloatCC> {
         BinaryOp::Le => FloatCC::LessThanOrEqual,
         BinaryOp::Gt => FloatCC::GreaterThan,
         BinaryOp::Ge => FloatCC::GreaterThanOrEqual,
-        _ => return None,
+        BinaryOp::Add
+        | BinaryOp::Sub
+        | BinaryOp::Mul
+        | BinaryOp::Div
+        | BinaryOp::Pow
+        | BinaryOp::Maximum
+        | BinaryOp::Minimum
+        | BinaryOp::Remainder
+        | BinaryOp::Fmod
+        | BinaryOp::Atan2
+        | BinaryOp::LogicalAnd
+        | BinaryOp::LogicalOr
+        | BinaryOp::LogicalXor
+        | BinaryOp::BitwiseAnd
+        | BinaryOp::BitwiseOr
+        | BinaryOp::BitwiseXor => return None,
     })
 }
 
