@@ -2,8 +2,8 @@
 //! vs the e-graph's cost-based fusion.
 use kiln_ir::text::parse_module;
 use kiln_passes::decompose::decompose;
-use kiln_passes::egraph::{optimize, OptimizeOptions};
 use kiln_passes::greedy::greedy_fuse;
+use kiln_passes::optimize::{optimize, OptimizeOptions};
 use kiln_passes::schedule::schedule;
 fn main() {
     for f in std::env::args().skip(1) {
@@ -11,7 +11,8 @@ fn main() {
         for g in parse_module(&text).unwrap() {
             let d = decompose(&g).unwrap();
             let gr = schedule(&greedy_fuse(&d)).unwrap();
-            let eg = schedule(&optimize(&d, &OptimizeOptions::default()).unwrap().0).unwrap();
+            let eg =
+                schedule(&optimize(&d, &OptimizeOptions::default()).unwrap().extracted).unwrap();
             println!(
                 "@{}: greedy {} kernels {} B | e-graph {} kernels {} B{}",
                 g.name(),

@@ -2,7 +2,7 @@
 //! (set SHOW=1 to print the optimised graphs, ITERS / NODES / MS to change the limits).
 use kiln_ir::text::parse_module;
 use kiln_passes::decompose::decompose;
-use kiln_passes::egraph::{optimize, OptimizeOptions};
+use kiln_passes::optimize::{optimize, OptimizeOptions};
 fn main() {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
     let mut opts = OptimizeOptions::default();
@@ -20,12 +20,13 @@ fn main() {
         for g in parse_module(&text).unwrap() {
             let t = std::time::Instant::now();
             let d = decompose(&g).unwrap();
-            let (o, r) = optimize(&d, &opts).unwrap();
+            let optimized = optimize(&d, &opts).unwrap();
+            let (o, r) = (optimized.extracted, optimized.report);
             println!(
                 "{f} @{}: {} -> {} nodes, {:?}, {:.1} ms, cost {:.3e} -> {:.3e}, enodes {}",
                 g.name(),
                 d.len(),
-                o.len(),
+                o.graph.len(),
                 r.stop_reasons,
                 t.elapsed().as_secs_f64() * 1e3,
                 r.cost_before,

@@ -48,8 +48,8 @@ fn main() {
         println!(
             "| {w} | {} | {} | {} | {} ({}) | {:.1} / {:.1} MB ({:.2}x) | {:.1} / {:.1} / {:.1} MB | {:.1} |",
             ops(&g),
-            ops(&d),
-            ops(&o),
+            ops(&d.graph),
+            ops(&o.graph),
             s.kernels.len(),
             unfused.kernels.len(),
             mb(s.bytes_moved(64)),

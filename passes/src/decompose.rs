@@ -2,13 +2,16 @@
 //! fusion, scheduling) sees their parts and codegen only needs primitives.
 //!
 //! [`decompose`] rebuilds a graph node by node, replacing every composite node (those for
-//! which [`Op::is_composite`] holds) by the primitive nodes its [`Decomposition`] emits;
-//! every other node, the inputs (with their names), the outputs and the graph's name are
-//! kept, in their order. Emitted nodes carry the composite node's source location.
+//! which [`Op::is_composite`] holds: the op table's `composite` column) by the primitive
+//! nodes its [`Decomposition`] emits; every other node, the inputs (with their names), the
+//! outputs and the graph's name are kept, in their order. Emitted nodes carry the composite
+//! node's source location. A backend that renders a composite itself says so
+//! ([`DecomposeOptions::renders`]: the cpu backend computes `gelu` and `silu` with routines
+//! of its own), and [`decompose_with`] keeps those whole.
 //!
 //! # The table
 //!
-//! [`decomposition`] maps an op to its decomposition ([`DECOMPOSED`] lists the names).
+//! [`decomposition`] maps an op to its decomposition (an exhaustive match over the op set).
 //! `x` is the first operand, `dims` the reduced dims, `n` the number of reduced elements
 //! (the product of the reduced sizes), literals are float scalars:
 //!
@@ -24,6 +27,14 @@
 //! | `linear` x, w, b? | `matmul(x, transpose(w, -2, -1))`, then `+ b` |
 //! | `var {dims, correction, keepdim}` | `c = x - mean(x, dims, keepdim = true)`, `sum(c * c, dims, keepdim) / max(n - correction, 0)` |
 //! | `mean {dims, keepdim}` | `sum(x, dims, keepdim) / n` |
+//! | `clamp` x, lo, hi | `minimum(maximum(x, lo), hi)` (x cast to the result dtype first) |
+//! | `hardtanh {min_val, max_val}`, `relu6` | the same with literal bounds (0 and 6 for relu6) |
+//! | `hardswish` | `x * (clamp(x + 3, 0, 6) / 6)` (the gate first, so the product cannot overflow) |
+//! | `leaky_relu {negative_slope}` | `where(x > 0, x, x * negative_slope)` |
+//! | `elu {alpha}` | `where(x > 0, x, expm1(x) * alpha)` |
+//! | `softplus {beta, threshold}` | `where(x*beta > threshold, x, log1p(exp(x*beta)) / beta)` |
+//! | `mish` | `x * tanh(softplus(x))` (beta 1, threshold 20) |
+//! | `nan_to_num {nan, posinf, neginf}` | nested `where`s on `isnan(x)`, `x == inf`, `x == -inf` (integers: `x`) |
 //!
 //! Divisions by `n` are `div` by a literal (exact for rows of equal values, as PyTorch's
 //! own decomposition of `mean`). The inner means of `var`, `layer_norm` and `rms_norm`

@@ -8,12 +8,12 @@
 //! first that can take the op): softmax's `x - max(x)` after a matmul epilogue wrote `x`
 //! cannot join the matmul (it needs the max, computed after it) but joins the max's row
 //! reduction, so max, exp, sum and the division become one row kernel, where the
-//! first-operand walk leaves the max alone in a reduction kernel. `optimize` keeps the
-//! cheapest of the e-graph's extraction and both walks.
+//! first-operand walk leaves the max alone in a reduction kernel. The pipeline's `fuse`
+//! pass keeps the cheapest of the e-graph's extraction and both walks.
 
 use crate::egraph::fusion::{kind_of, merged_kind};
-use crate::egraph::lang::{GroupBody, GroupKind};
-use crate::egraph::{kernel_loc, source_loc};
+use crate::egraph::lang::GroupBody;
+use crate::fused::{Fused, GroupKind, KernelTag};
 use kiln_ir::{Arg, Graph, NodeId, Op, TensorType};
 use std::collections::HashMap;
 
@@ -31,19 +31,18 @@ fn singleton(kind: GroupKind, ty: &TensorType, space: &TensorType) -> GroupBody 
     }
 }
 
-/// `g` with each op tagged with a greedily chosen kernel (like `optimize`'s output): each op
-/// joins its first operand's kernel or starts one.
-pub fn greedy_fuse(g: &Graph) -> Graph {
+/// `g` with each op in a greedily chosen kernel: each op joins its first operand's kernel
+/// or starts one.
+pub fn greedy_fuse(g: &Graph) -> Fused {
     greedy_walk(g, false)
 }
 
 /// [`greedy_fuse`] where an op joins the first of its operands' kernels that can take it.
-pub fn greedy_fuse_any_operand(g: &Graph) -> Graph {
+pub fn greedy_fuse_any_operand(g: &Graph) -> Fused {
     greedy_walk(g, true)
 }
 
-fn greedy_walk(g: &Graph, any_operand: bool) -> Graph {
-    let mut out = g.clone();
+fn greedy_walk(g: &Graph, any_operand: bool) -> Fused {
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
     let nodes: Vec<(NodeId, kiln_ir::Node)> = g.nodes().map(|(i, n)| (i, n.clone())).collect();
@@ -106,17 +105,14 @@ fn greedy_walk(g: &Graph, any_operand: bool) -> Graph {
         };
         group_of.insert(*id, gid);
     }
-    let ids: Vec<NodeId> = out.nodes().map(|(i, _)| i).collect();
-    for id in ids {
-        if let Some(gid) = group_of.get(&id) {
-            let kind = groups[*gid].body.kind.name();
-            let node = out.node_mut(id);
-            node.loc = Some(kernel_loc(
-                *gid,
-                kind,
-                node.loc.as_deref().and_then(source_loc),
-            ));
-        }
-    }
-    out
+    let tags = group_of.into_iter().map(|(id, gid)| {
+        (
+            id,
+            KernelTag {
+                id: gid,
+                kind: groups[gid].body.kind,
+            },
+        )
+    });
+    Fused::new(g.clone(), tags)
 }

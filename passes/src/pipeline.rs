@@ -1,10 +1,19 @@
-//! The pass pipeline: named passes from graph to graph, the verifier after each (in tests
-//! and debug builds), and `KILN_LOGS=passes` logging each pass's name, time and node
-//! counts (as `tracing` events with target `kiln::passes`; `KILN_LOGS=rules` logs the
-//! rewrite rules that fired, target `kiln::rules`).
+//! The pass pipeline: named passes from program to program ([`Fused`]: a graph and, once
+//! fused, each node's kernel), the verifier after each (in tests and debug builds), and
+//! `KILN_LOGS=passes` logging each pass's name, time and node counts (as `tracing` events
+//! with target `kiln::passes`; `KILN_LOGS=rules` logs the rewrite rules that fired, target
+//! `kiln::rules`).
+//!
+//! The `fuse` pass chooses the program: the e-graph's extraction ([`optimize`]), greedy
+//! fusion of the simplified graph (both walks of [`crate::greedy`]), or every op its own
+//! kernel, each costed as a scheduled program (each value written once, read once per
+//! kernel), since egg's tree costs overcharge values read by several kernels.
 
 use crate::decompose::{decompose_with, DecomposeOptions};
-use crate::egraph::{optimize, OptimizeOptions};
+use crate::fused::Fused;
+use crate::greedy::{greedy_fuse, greedy_fuse_any_operand};
+use crate::optimize::{optimize, OptimizeOptions};
+use crate::schedule::schedule;
 use crate::PassError;
 use kiln_ir::Graph;
 use std::time::Instant;
@@ -28,7 +37,7 @@ impl PassOptions {
     }
 }
 
-/// A pass: a named function from graph to graph.
+/// A pass: a named function from program to program.
 #[derive(Clone, Copy)]
 pub struct Pass {
     /// its name in `kiln opt --passes`
@@ -36,27 +45,82 @@ pub struct Pass {
     /// what it does, in one line
     pub about: &'static str,
     /// the transformation
-    pub run: fn(&Graph, &PassOptions) -> Result<Graph, PassError>,
+    pub run: fn(&Fused, &PassOptions) -> Result<Fused, PassError>,
 }
 
-fn run_decompose(g: &Graph, o: &PassOptions) -> Result<Graph, PassError> {
-    decompose_with(g, &o.decompose)
+fn run_decompose(f: &Fused, o: &PassOptions) -> Result<Fused, PassError> {
+    decompose_with(&f.graph, &o.decompose).map(Fused::plain)
 }
 
-fn run_simplify(g: &Graph, o: &PassOptions) -> Result<Graph, PassError> {
+fn run_simplify(f: &Fused, o: &PassOptions) -> Result<Fused, PassError> {
     let opts = OptimizeOptions {
         fuse: false,
         ..o.egraph.clone()
     };
-    Ok(optimize(g, &opts)?.0)
+    let optimized = optimize(&f.graph, &opts)?;
+    let r = &optimized.report;
+    // tree costs overcharge a value shared by several kernels, which can make extraction
+    // prefer recomputation that costs more as a DAG: keep the input as it was then
+    if r.cost_after > r.cost_before && r.unfused_cost <= r.cost_after {
+        return Ok(Fused::unfused(f.graph.clone()));
+    }
+    Ok(optimized.extracted)
 }
 
-fn run_fuse(g: &Graph, o: &PassOptions) -> Result<Graph, PassError> {
+/// The cost of a program as the scheduler lays it out (symbolic dims at 64).
+fn scheduled_cost(f: &Fused) -> f64 {
+    schedule(f).map(|s| s.cost(64)).unwrap_or(f64::INFINITY)
+}
+
+fn run_fuse(f: &Fused, o: &PassOptions) -> Result<Fused, PassError> {
+    let start = Instant::now();
     let opts = OptimizeOptions {
         fuse: true,
         ..o.egraph.clone()
     };
-    Ok(optimize(g, &opts)?.0)
+    let optimized = optimize(&f.graph, &opts)?;
+    let report = &optimized.report;
+    // the two greedy walks of the simplified graph (first operand; any operand): the
+    // cheaper is the greedy candidate
+    let (greedy, c_greedy) = [
+        greedy_fuse(&optimized.simplified),
+        greedy_fuse_any_operand(&optimized.simplified),
+    ]
+    .into_iter()
+    .map(|g| {
+        let c = scheduled_cost(&g);
+        (g, c)
+    })
+    .min_by(|a, b| a.1.total_cmp(&b.1))
+    .expect("two candidates");
+    let c_egraph = scheduled_cost(&optimized.extracted);
+    let (mut best, why) = if c_greedy < c_egraph {
+        (
+            greedy,
+            format!("greedy fusion of the simplified graph ({c_greedy:.3e} vs {c_egraph:.3e})"),
+        )
+    } else {
+        (
+            optimized.extracted,
+            format!("e-graph ({c_egraph:.3e}; greedy {c_greedy:.3e})"),
+        )
+    };
+    let mut cost = report.cost_after.min(c_egraph.min(c_greedy));
+    let mut why = why;
+    // every op its own kernel, when nothing above beats the input as it was
+    if cost > report.cost_before && report.unfused_cost <= cost {
+        best = Fused::unfused(f.graph.clone());
+        cost = report.unfused_cost;
+        why = format!("every op its own kernel ({cost:.3e})");
+    }
+    if crate::log::passes() {
+        tracing::info!(
+            target: "kiln::passes",
+            "fuse: chose {why}, {:.1} ms",
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    Ok(best)
 }
 
 /// Every pass, in pipeline order.
@@ -92,31 +156,32 @@ pub fn pass(name: &str) -> Result<Pass, PassError> {
         })
 }
 
-/// Runs the passes named in `names` in order, verifying after each one when `verify`.
+/// Runs the passes named in `names` in order on `g`, verifying after each one when `verify`
+/// (and always in debug builds and tests).
 pub fn run_passes(
     g: &Graph,
     names: &[&str],
     opts: &PassOptions,
     verify: bool,
-) -> Result<Graph, PassError> {
-    let mut cur = g.clone();
+) -> Result<Fused, PassError> {
+    let mut cur = Fused::plain(g.clone());
     for name in names {
         let p = pass(name)?;
         let start = Instant::now();
-        let before = cur.len();
+        let before = cur.graph.len();
         cur = (p.run)(&cur, opts)?;
-        if logging() {
+        if crate::log::passes() {
             tracing::info!(
                 target: "kiln::passes",
                 "{}: {:.2} ms, {} -> {} nodes",
                 p.name,
                 start.elapsed().as_secs_f64() * 1e3,
                 before,
-                cur.len()
+                cur.graph.len()
             );
         }
         if verify || cfg!(debug_assertions) {
-            kiln_ir::verify(&cur).map_err(|e| PassError::Verify {
+            kiln_ir::verify(&cur.graph).map_err(|e| PassError::Verify {
                 pass: p.name,
                 reason: e.to_string(),
             })?;
@@ -133,27 +198,4 @@ pub fn stage_passes(stage: &str) -> Option<&'static [&'static str]> {
         "optimized" | "scheduled" => &["decompose", "fuse"],
         _ => return None,
     })
-}
-
-/// True when `KILN_LOGS` names `passes` (or `all`).
-pub fn logging() -> bool {
-    logs("passes")
-}
-
-/// True when `KILN_LOGS` names `rules` (or `all`): each optimisation logs which rewrite
-/// rules fired how often (target `kiln::rules`).
-pub fn logging_rules() -> bool {
-    logs("rules")
-}
-
-/// True when `KILN_LOGS` (read once) names `category` or `all`.
-fn logs(category: &str) -> bool {
-    static ON: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    ON.get_or_init(|| {
-        std::env::var("KILN_LOGS")
-            .map(|v| v.split(',').map(|c| c.trim().to_string()).collect())
-            .unwrap_or_default()
-    })
-    .iter()
-    .any(|c| c == category || c == "all")
 }

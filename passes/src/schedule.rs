@@ -1,5 +1,5 @@
 //! Scheduling: the optimised graph (each node tagged with its kernel by
-//! [`crate::egraph::optimize`]) becomes a list of kernel groups in a backend-neutral form —
+//! [`crate::optimize::optimize`]) becomes a list of kernel groups in a backend-neutral form —
 //! kind, iteration space, inputs, outputs and body — in execution order, plus the memory
 //! plan of the values kernels write.
 //!
@@ -7,8 +7,7 @@
 //! its kind, iteration space, reads and writes; it parses as kiln IR, so a kernel can be
 //! cut out and run on its own. A trailing comment reports the memory plan.
 
-use crate::egraph::lang::GroupKind;
-use crate::egraph::{parse_kernel_loc, source_loc};
+use crate::fused::{Fused, GroupKind};
 use crate::memory::{plan_memory, BufferRequest, MemoryPlan, SizeExpr};
 use crate::PassError;
 use kiln_ir::{Arg, Graph, NodeId, Op, TensorType};
@@ -55,22 +54,23 @@ fn numel_hint(t: &TensorType) -> f64 {
         .product()
 }
 
-/// Schedules an optimised graph. Ops without a kernel tag (views, constants, or a graph
-/// that was never optimised) become kernels of their own unless they are views.
-pub fn schedule(g: &Graph) -> Result<Schedule, PassError> {
+/// Schedules a fused program. Ops without a kernel (constants, or every op of a program
+/// that was never fused) become kernels of their own unless they are views.
+pub fn schedule(f: &Fused) -> Result<Schedule, PassError> {
+    let g = &f.graph;
     let mut tag: HashMap<NodeId, (usize, GroupKind)> = HashMap::new();
     let mut next = g
         .nodes()
-        .filter_map(|(_, n)| n.loc.as_deref().and_then(parse_kernel_loc))
-        .map(|(k, _)| k + 1)
+        .filter_map(|(id, _)| f.kernel(id))
+        .map(|t| t.id + 1)
         .max()
         .unwrap_or(0);
     for (id, n) in g.nodes() {
         if n.op == Op::Input || n.op.is_view() {
             continue;
         }
-        let t = match n.loc.as_deref().and_then(parse_kernel_loc) {
-            Some(t) => t,
+        let t = match f.kernel(id) {
+            Some(t) => (t.id, t.kind),
             None => {
                 next += 1;
                 (next - 1, GroupKind::Copy)
@@ -259,7 +259,7 @@ fn kernel_graph(
                 s => *s,
             })
             .collect();
-        let loc = n.loc.as_deref().and_then(source_loc).map(str::to_string);
+        let loc = n.loc.clone();
         map.insert(*id, out.add_op(n.op.clone(), &args, loc).map_err(bad)?);
     }
     out.set_outputs(outputs.iter().map(|o| map[o]).collect())

@@ -9,10 +9,11 @@ mod graph_gen;
 use kiln_ir::interp::{eval, random_inputs, Value};
 use kiln_ir::text::parse_module;
 use kiln_ir::{DType, Graph};
-use kiln_passes::egraph::{optimize, OptimizeOptions};
 use kiln_passes::greedy::{greedy_fuse, greedy_fuse_any_operand};
+use kiln_passes::optimize::{optimize, OptimizeOptions};
 use kiln_passes::pipeline::{run_passes, PassOptions};
 use kiln_passes::schedule::{schedule, Schedule};
+use kiln_passes::Fused;
 use proptest::prelude::*;
 use std::path::PathBuf;
 
@@ -97,7 +98,7 @@ fn close(want: &Value, got: &Value) -> Result<(), String> {
     Ok(())
 }
 
-fn pipeline(g: &Graph) -> Graph {
+fn pipeline(g: &Graph) -> Fused {
     run_passes(g, &["decompose", "fuse"], &PassOptions::default(), true)
         .unwrap_or_else(|e| panic!("@{}: {e}", g.name()))
 }
@@ -120,7 +121,8 @@ fn every_pass_preserves_results_on_the_corpus() {
             ] {
                 let o = run_passes(&g, passes, &PassOptions::default(), true)
                     .unwrap_or_else(|e| panic!("{name} {passes:?}: {e}"));
-                let got = eval(&o, &x).unwrap_or_else(|e| panic!("{name} {passes:?}: {e}\n{o}"));
+                let got =
+                    eval(&o.graph, &x).unwrap_or_else(|e| panic!("{name} {passes:?}: {e}\n{o}"));
                 for (w, r) in want.iter().zip(&got) {
                     close(w, r).unwrap_or_else(|m| panic!("{name} {passes:?}: {m}\n{o}"));
                 }
@@ -138,8 +140,13 @@ fn every_pass_preserves_results_on_the_corpus() {
 fn every_stage_of_every_corpus_graph() {
     for (name, g) in corpus() {
         let decomposed = run_passes(&g, &["decompose"], &PassOptions::default(), true).unwrap();
-        let simplified =
-            run_passes(&decomposed, &["simplify"], &PassOptions::default(), true).unwrap();
+        let simplified = run_passes(
+            &decomposed.graph,
+            &["simplify"],
+            &PassOptions::default(),
+            true,
+        )
+        .unwrap();
         let optimized = pipeline(&g);
         let scheduled = schedule(&optimized).unwrap();
         let text = format!(
@@ -231,8 +238,8 @@ graph @scores(%q: f32[2,4,16,8], %k: f32[2,4,8,16], %m: f32[2,1,1,16], %r: f32[2
 "#;
     let g = &parse_module(text).unwrap()[0];
     let d = run_passes(g, &["decompose"], &PassOptions::default(), true).unwrap();
-    let first = schedule(&greedy_fuse(&d)).unwrap();
-    let any = schedule(&greedy_fuse_any_operand(&d)).unwrap();
+    let first = schedule(&greedy_fuse(&d.graph)).unwrap();
+    let any = schedule(&greedy_fuse_any_operand(&d.graph)).unwrap();
     let kinds = |s: &Schedule| s.kernels.iter().map(|k| k.kind.name()).collect::<Vec<_>>();
     assert_eq!(
         kinds(&any),
@@ -298,9 +305,9 @@ fn cost_based_fusion_beats_greedy() {
     for (name, why) in cases {
         let g = graph(name);
         let d = run_passes(&g, &["decompose"], &PassOptions::default(), true).unwrap();
-        let greedy = schedule(&greedy_fuse(&d)).unwrap();
-        let (o, _) = optimize(&d, &OptimizeOptions::default()).unwrap();
-        let best = schedule(&o).unwrap();
+        let greedy = schedule(&greedy_fuse(&d.graph)).unwrap();
+        let o = optimize(&d.graph, &OptimizeOptions::default()).unwrap();
+        let best = schedule(&o.extracted).unwrap();
         assert!(
             best.cost(64) < greedy.cost(64),
             "{name}: e-graph {} vs greedy {}",
@@ -332,7 +339,7 @@ fn saturation_reports_the_limit_that_stopped_it() {
         iter_limit: 2,
         ..OptimizeOptions::default()
     };
-    let (_, report) = optimize(&d, &opts).unwrap();
+    let report = optimize(&d.graph, &opts).unwrap().report;
     assert!(
         report
             .stop_reasons
@@ -345,7 +352,7 @@ fn saturation_reports_the_limit_that_stopped_it() {
         node_limit: 50,
         ..OptimizeOptions::default()
     };
-    let (_, report) = optimize(&d, &opts).unwrap();
+    let report = optimize(&d.graph, &opts).unwrap().report;
     assert!(
         report.stop_reasons.iter().any(|r| r.contains("node limit")),
         "{:?}",
@@ -367,7 +374,7 @@ proptest! {
         let Ok(want) = eval(&g, &x) else { return Ok(()) };
         let o = run_passes(&g, &["decompose", "fuse"], &PassOptions::default(), true)
             .map_err(|e| TestCaseError::fail(format!("{e}\n{g}")))?;
-        let got = eval(&o, &x).map_err(|e| TestCaseError::fail(format!("{e}\n{g}\n{o}")))?;
+        let got = eval(&o.graph, &x).map_err(|e| TestCaseError::fail(format!("{e}\n{g}\n{o}")))?;
         for (w, r) in want.iter().zip(&got) {
             close(w, r).map_err(|m| TestCaseError::fail(format!("{m}\n{g}\n{o}")))?;
         }

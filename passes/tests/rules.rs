@@ -8,7 +8,8 @@ use kiln_ir::text::parse_module;
 use kiln_ir::{DType, Dim, TensorType};
 use kiln_passes::egraph::lang::TNode;
 use kiln_passes::egraph::sym::OpSym;
-use kiln_passes::egraph::{optimize, OptimizeOptions, TEGraph, TensorAnalysis};
+use kiln_passes::egraph::{TEGraph, TensorAnalysis};
+use kiln_passes::optimize::{optimize, OptimizeOptions};
 use kiln_passes::rules::{self, Exactness};
 use kiln_passes::PassError;
 use std::collections::BTreeSet;
@@ -325,7 +326,8 @@ fn disabled_rules_do_not_run_and_fired_rules_are_counted() {
         fuse: false,
         ..OptimizeOptions::default()
     };
-    let (o, report) = optimize(&g, &opts).unwrap();
+    let optimized = optimize(&g, &opts).unwrap();
+    let (o, report) = (optimized.extracted, optimized.report);
     let fired: Vec<&str> = report.rules_fired.iter().map(|(r, _)| r.as_str()).collect();
     assert!(
         fired.contains(&"transpose-transpose") && fired.contains(&"mul-one"),
@@ -336,7 +338,8 @@ fn disabled_rules_do_not_run_and_fired_rules_are_counted() {
         disabled_rules: vec!["transpose-transpose".into()],
         ..opts.clone()
     };
-    let (o, report) = optimize(&g, &off).unwrap();
+    let optimized = optimize(&g, &off).unwrap();
+    let (o, report) = (optimized.extracted, optimized.report);
     assert!(o.to_string().contains("transpose"), "{o}");
     assert!(!report
         .rules_fired
@@ -369,12 +372,12 @@ graph @scale(%x: f32[4,8]) -> f32[4,8] {
         fuse: false,
         ..OptimizeOptions::default()
     };
-    let (_, report) = optimize(&g, &exact).unwrap();
+    let report = optimize(&g, &exact).unwrap().report;
     assert!(report.rules_fired.is_empty(), "{:?}", report.rules_fired);
     let fast = OptimizeOptions {
         fast_math: true,
         ..exact
     };
-    let (_, report) = optimize(&g, &fast).unwrap();
+    let report = optimize(&g, &fast).unwrap().report;
     assert_eq!(report.rules_fired, vec![("div-literal".to_string(), 1)]);
 }

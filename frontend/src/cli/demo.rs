@@ -98,7 +98,7 @@ fn passes_tour() -> Result<(), CliError> {
     let opts = PassOptions::rendering(kiln_codegen::cpu::renders);
     let decomposed = run_passes(&traced[0], &["decompose"], &opts, true)?;
     print!("{decomposed}");
-    let fused = run_passes(&decomposed, &["fuse"], &opts, true)?;
+    let fused = run_passes(&decomposed.graph, &["fuse"], &opts, true)?;
     let schedule = kiln_passes::schedule::schedule(&fused)?;
     print!("{schedule}");
     println!("\n== the cpu backend: the kernel as a loop nest, then Cranelift machine code ==");

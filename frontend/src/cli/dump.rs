@@ -54,7 +54,8 @@ fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
             print!("{text}");
         }
     } else {
-        print!("{}", kiln::ir::text::print_module(&out));
+        let tagged: Vec<kiln::Graph> = out.iter().map(|f| f.tagged_graph()).collect();
+        print!("{}", kiln::ir::text::print_module(&tagged));
     }
     Ok(())
 }
@@ -66,7 +67,7 @@ pub fn opt(file: &Path, passes: &[String]) -> Result<(), CliError> {
     let names: Vec<&str> = passes.iter().map(String::as_str).collect();
     let mut out = Vec::new();
     for g in &graphs {
-        out.push(run_passes(g, &names, &PassOptions::default(), true)?);
+        out.push(run_passes(g, &names, &PassOptions::default(), true)?.tagged_graph());
     }
     print!("{}", kiln::ir::text::print_module(&out));
     Ok(())

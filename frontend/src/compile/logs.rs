@@ -1,6 +1,6 @@
 //! `KILN_LOGS`: what the compiler prints as it works, like `TORCH_LOGS`.
 //!
-//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes,code` (or `all`) turns categories on; each event
+//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes,code,rules` (or `all`) turns categories on; each event
 //! is a `tracing` event with target `kiln::<category>`. When the variable is set and the
 //! program has no `tracing` subscriber, kiln installs one that writes to stderr.
 
@@ -24,16 +24,19 @@ pub enum LogCategory {
     Passes,
     /// each kernel the cpu backend compiles, with its specialisation and compile time
     Code,
+    /// the rewrite rules that fired in each optimisation, with their counts
+    Rules,
 }
 
 impl LogCategory {
-    const ALL: [LogCategory; 6] = [
+    const ALL: [LogCategory; 7] = [
         LogCategory::Graphs,
         LogCategory::Guards,
         LogCategory::Recompiles,
         LogCategory::Breaks,
         LogCategory::Passes,
         LogCategory::Code,
+        LogCategory::Rules,
     ];
 
     /// The name used in `KILN_LOGS`.
@@ -45,6 +48,7 @@ impl LogCategory {
             LogCategory::Breaks => "breaks",
             LogCategory::Passes => "passes",
             LogCategory::Code => "code",
+            LogCategory::Rules => "rules",
         }
     }
 }

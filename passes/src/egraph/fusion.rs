@@ -42,16 +42,9 @@ pub fn kind_name(op: &Op) -> &'static str {
     kind_of(op).map_or("copy", GroupKind::name)
 }
 
+/// The kind of kernel an op starts (from its kind in the op table: [`GroupKind::of`]).
 pub(crate) fn kind_of(op: &Op) -> Option<GroupKind> {
-    Some(match op {
-        Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. } => GroupKind::Pointwise,
-        Op::Reduce { .. } | Op::Argmax { .. } | Op::Var { .. } => GroupKind::Reduction,
-        Op::Softmax { .. } | Op::LogSoftmax { .. } | Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
-            GroupKind::Row
-        }
-        Op::Matmul | Op::Linear => GroupKind::Matmul,
-        _ => return None,
-    })
+    GroupKind::of(op)
 }
 
 /// Copies `src`'s nodes into `dst` with `src`'s inputs bound to `inputs`; returns the node

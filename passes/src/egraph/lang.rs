@@ -259,46 +259,7 @@ impl FromOp for TNode {
     }
 }
 
-/// The kind of loop nest a kernel group becomes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum GroupKind {
-    /// elementwise over the output's shape
-    Pointwise,
-    /// a reduction, with a pointwise prologue on its input and epilogue on its output
-    Reduction,
-    /// one pass per row: reductions over the last dim and pointwise ops over the row
-    /// (softmax, layer norm)
-    Row,
-    /// a matrix product with a pointwise epilogue on its output tile
-    Matmul,
-    /// an op left on its own that moves data (a layout copy, `cat`, `index_select`, ...)
-    Copy,
-}
-
-impl GroupKind {
-    /// The kind's name in the textual forms.
-    pub fn name(self) -> &'static str {
-        match self {
-            GroupKind::Pointwise => "pointwise",
-            GroupKind::Reduction => "reduction",
-            GroupKind::Row => "row",
-            GroupKind::Matmul => "matmul",
-            GroupKind::Copy => "copy",
-        }
-    }
-
-    /// The kind named `s`.
-    pub fn parse(s: &str) -> Option<GroupKind> {
-        Some(match s {
-            "pointwise" => GroupKind::Pointwise,
-            "reduction" => GroupKind::Reduction,
-            "row" => GroupKind::Row,
-            "matmul" => GroupKind::Matmul,
-            "copy" => GroupKind::Copy,
-            _ => return None,
-        })
-    }
-}
+pub use crate::fused::GroupKind;
 
 /// A fused kernel group: a small graph over the group's inputs with one output.
 #[derive(Clone, Debug)]

@@ -1,0 +1,226 @@
+//! A fused program: the optimised graph and, as data, the kernel each node belongs to.
+//!
+//! The fusion passes (`optimize::optimize`, the greedy walks) decide which nodes form one
+//! kernel; [`Fused`] carries that decision to the scheduler and the code generators. The
+//! textual form prints each node's kernel before its source location in the location
+//! comment (`# k3 row | model.rs:12:5`: "kernel 3, a row kernel"), so `kiln opt` output
+//! reads as kiln IR, and [`Fused::from_tagged`] reads such text back; the pipeline itself
+//! never goes through the text.
+
+use kiln_ir::{Graph, NodeId, Op, OpKind};
+use std::fmt;
+
+/// The kind of loop nest a kernel group becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupKind {
+    /// elementwise over the output's shape
+    Pointwise,
+    /// a reduction, with a pointwise prologue on its input and epilogue on its output
+    Reduction,
+    /// one pass per row: reductions over the last dim and pointwise ops over the row
+    /// (softmax, layer norm)
+    Row,
+    /// a matrix product with a pointwise epilogue on its output tile
+    Matmul,
+    /// an op left on its own that moves data (a layout copy, `cat`, `index_select`, ...)
+    Copy,
+}
+
+impl GroupKind {
+    /// The kind's name in the textual forms.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupKind::Pointwise => "pointwise",
+            GroupKind::Reduction => "reduction",
+            GroupKind::Row => "row",
+            GroupKind::Matmul => "matmul",
+            GroupKind::Copy => "copy",
+        }
+    }
+
+    /// The kind named `s`.
+    pub fn parse(s: &str) -> Option<GroupKind> {
+        Some(match s {
+            "pointwise" => GroupKind::Pointwise,
+            "reduction" => GroupKind::Reduction,
+            "row" => GroupKind::Row,
+            "matmul" => GroupKind::Matmul,
+            "copy" => GroupKind::Copy,
+            _ => return None,
+        })
+    }
+
+    /// The kind of kernel an op on its own starts, from its kind in the op table (`None`:
+    /// no loop nest of its own: inputs, views, creation, copies, gathers, in-place ops).
+    pub fn of(op: &Op) -> Option<GroupKind> {
+        match op.kind() {
+            OpKind::Pointwise => Some(GroupKind::Pointwise),
+            OpKind::Reduction => Some(GroupKind::Reduction),
+            OpKind::Normalization => Some(GroupKind::Row),
+            OpKind::Matmul => Some(GroupKind::Matmul),
+            OpKind::Input
+            | OpKind::Creation
+            | OpKind::View
+            | OpKind::Gather
+            | OpKind::Copy
+            | OpKind::Inplace => None,
+        }
+    }
+}
+
+/// A node's kernel: its number and the loop nest it becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelTag {
+    /// the kernel's number (kernels of one program are numbered from 0)
+    pub id: usize,
+    /// the loop nest it becomes
+    pub kind: GroupKind,
+}
+
+/// A graph with the fusion decision: the kernel of each node (`None` for inputs, views and
+/// constants, which cost no kernel, and for every node of a program never fused).
+#[derive(Clone, Debug)]
+pub struct Fused {
+    /// the program
+    pub graph: Graph,
+    /// per node index, its kernel
+    kernels: Vec<Option<KernelTag>>,
+}
+
+impl Fused {
+    /// `g` with no kernel chosen (the scheduler gives every op a kernel of its own).
+    pub fn plain(g: Graph) -> Fused {
+        Fused {
+            kernels: Vec::new(),
+            graph: g,
+        }
+    }
+
+    /// `g` with the given node kernels.
+    pub fn new(g: Graph, kernels: impl IntoIterator<Item = (NodeId, KernelTag)>) -> Fused {
+        let mut f = Fused::plain(g);
+        for (id, t) in kernels {
+            f.set(id, t);
+        }
+        f
+    }
+
+    /// `g` with every op that needs a kernel its own (numbered in graph order).
+    pub fn unfused(g: Graph) -> Fused {
+        let mut tags = Vec::new();
+        for (id, n) in g.nodes() {
+            if n.op == Op::Input || n.op.is_view() || n.op.is_creation() {
+                continue;
+            }
+            let kind = GroupKind::of(&n.op).unwrap_or(GroupKind::Copy);
+            tags.push((
+                id,
+                KernelTag {
+                    id: tags.len(),
+                    kind,
+                },
+            ));
+        }
+        Fused::new(g, tags)
+    }
+
+    /// The kernel of node `id`, if one was chosen.
+    pub fn kernel(&self, id: NodeId) -> Option<KernelTag> {
+        self.kernels.get(id.index()).copied().flatten()
+    }
+
+    /// Puts node `id` in kernel `t`.
+    pub fn set(&mut self, id: NodeId, t: KernelTag) {
+        let i = id.index();
+        if self.kernels.len() <= i {
+            self.kernels.resize(i + 1, None);
+        }
+        self.kernels[i] = Some(t);
+    }
+
+    /// True when no node has a kernel (a program never fused).
+    pub fn is_plain(&self) -> bool {
+        self.kernels.iter().all(Option::is_none)
+    }
+
+    /// The graph with each node's kernel written into its location comment (the textual
+    /// form; see the module docs).
+    pub fn tagged_graph(&self) -> Graph {
+        let mut g = self.graph.clone();
+        let ids: Vec<NodeId> = g.nodes().map(|(id, _)| id).collect();
+        for id in ids {
+            if let Some(t) = self.kernel(id) {
+                let n = g.node_mut(id);
+                n.loc = Some(match n.loc.as_deref() {
+                    Some(l) if !l.is_empty() => format!("k{} {} | {l}", t.id, t.kind.name()),
+                    _ => format!("k{} {}", t.id, t.kind.name()),
+                });
+            }
+        }
+        g
+    }
+
+    /// Reads a program in the textual form back: each location comment's kernel tag
+    /// becomes data, and the comment keeps the source location only.
+    pub fn from_tagged(g: &Graph) -> Fused {
+        let mut plain = g.clone();
+        let mut tags = Vec::new();
+        let ids: Vec<NodeId> = plain.nodes().map(|(id, _)| id).collect();
+        for id in ids {
+            let n = plain.node_mut(id);
+            let Some(loc) = n.loc.clone() else { continue };
+            let (head, rest) = match loc.split_once(" | ") {
+                Some((h, r)) => (h, Some(r)),
+                None => (loc.as_str(), None),
+            };
+            if let Some(t) = parse_tag(head) {
+                tags.push((id, t));
+                n.loc = rest.map(str::to_string);
+            }
+        }
+        Fused::new(plain, tags)
+    }
+}
+
+/// `k3 row` as a tag.
+fn parse_tag(s: &str) -> Option<KernelTag> {
+    let (k, kind) = s.split_once(' ')?;
+    Some(KernelTag {
+        id: k.strip_prefix('k')?.parse().ok()?,
+        kind: GroupKind::parse(kind)?,
+    })
+}
+
+impl fmt::Display for Fused {
+    /// The textual form: the graph with each node's kernel in its location comment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&kiln_ir::print_graph(&self.tagged_graph()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_print_and_read_back() {
+        let text = "graph @g(%x: f32[4]) -> f32[4] {
+  %0 = exp %x                              : f32[4]        # k0 pointwise | m.rs:1:2
+  %1 = neg %0                              : f32[4]        # k0 pointwise
+  return %1
+}
+";
+        let g = kiln_ir::parse_graph(text).unwrap();
+        let f = Fused::from_tagged(&g);
+        let ids: Vec<NodeId> = f.graph.nodes().map(|(id, _)| id).collect();
+        assert_eq!(f.graph.node(ids[1]).loc.as_deref(), Some("m.rs:1:2"));
+        assert_eq!(
+            f.kernel(ids[2]),
+            Some(KernelTag {
+                id: 0,
+                kind: GroupKind::Pointwise
+            })
+        );
+        assert_eq!(f.to_string(), text);
+    }
+}
