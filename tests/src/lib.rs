@@ -275,3 +275,33 @@ pub fn bind_generated_symbols(shape: &kiln::ir::Shape, sizes: (usize, usize)) ->
         })
         .collect()
 }
+
+/// The suite of `tests/cpu_differential.rs` that runs a unary op of the table, by its row:
+/// every op falls in exactly one (`tests/op_table.rs` checks it for every row).
+pub fn unary_suite(u: kiln::ir::UnaryOp) -> Option<&'static str> {
+    use kiln::ir::{CostClass, DTypeRule};
+    let i = u.info();
+    match (i.composite, i.dtype) {
+        (true, _) => Some("unary_composite_ops"),
+        (false, DTypeRule::Bool | DTypeRule::Integral) => Some("unary_bool_ops"),
+        (false, DTypeRule::Numeric | DTypeRule::Float) if i.cost <= CostClass::Moderate => {
+            Some("unary_simple_ops")
+        }
+        (false, DTypeRule::Numeric | DTypeRule::Float) => Some("unary_transcendental_ops"),
+        (false, DTypeRule::Any | DTypeRule::Own) => None,
+    }
+}
+
+/// The suite of `tests/cpu_differential.rs` that runs a binary op of the table, by its row.
+pub fn binary_suite(b: kiln::ir::BinaryOp) -> Option<&'static str> {
+    use kiln::ir::{CostClass, DTypeRule};
+    let i = b.info();
+    match i.dtype {
+        DTypeRule::Bool | DTypeRule::Integral => Some("binary_bool_ops"),
+        DTypeRule::Numeric | DTypeRule::Float | DTypeRule::Any if i.cost <= CostClass::Moderate => {
+            Some("binary_simple_ops")
+        }
+        DTypeRule::Numeric | DTypeRule::Float | DTypeRule::Any => Some("binary_library_ops"),
+        DTypeRule::Own => None,
+    }
+}

@@ -21,8 +21,9 @@ mod graph_gen;
 
 use graph_gen::{arb_graph_with, GenConfig};
 use kiln::graph_exec::replay;
-use kiln::ir::{Arg, BinaryOp, CostClass, DTypeRule, Domain, NodeId, Op, OpInfo, UnaryOp};
+use kiln::ir::{Arg, BinaryOp, DTypeRule, Domain, NodeId, Op, OpInfo, UnaryOp};
 use kiln::{compile_with, Backend, CompileOptions, DType, Dynamic, Graph, Result, Tensor};
+use kiln_tests::{binary_suite, unary_suite};
 use proptest::test_runner::TestCaseError;
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -479,18 +480,14 @@ fn unary_ops(test: &str, fusion: bool, keep: fn(UnaryOp) -> bool) {
 /// Primitive unary ops of about one instruction (`neg`, `floor`, `sqrt`, `rsqrt`, ...).
 fn unary_simple_ops(fusion: bool) {
     unary_ops("unary_simple_ops", fusion, |u| {
-        let i = u.info();
-        !i.composite
-            && i.cost <= CostClass::Moderate
-            && matches!(i.dtype, DTypeRule::Numeric | DTypeRule::Float)
+        unary_suite(u) == Some("unary_simple_ops")
     });
 }
 
 /// Primitive transcendentals and library calls (`exp`, `tanh`, `log1p`, `atan`, ...).
 fn unary_transcendental_ops(fusion: bool) {
     unary_ops("unary_transcendental_ops", fusion, |u| {
-        let i = u.info();
-        !i.composite && i.cost > CostClass::Moderate && i.dtype != DTypeRule::Bool
+        unary_suite(u) == Some("unary_transcendental_ops")
     });
 }
 
@@ -498,14 +495,16 @@ fn unary_transcendental_ops(fusion: bool) {
 /// `bitwise_not`).
 fn unary_bool_ops(fusion: bool) {
     unary_ops("unary_bool_ops", fusion, |u| {
-        matches!(u.info().dtype, DTypeRule::Bool | DTypeRule::Integral)
+        unary_suite(u) == Some("unary_bool_ops")
     });
 }
 
 /// Composite unary ops (`gelu`, `silu`, `relu6`, `hardswish`, `mish`): rendered natively or
 /// decomposed, whichever the backend declares.
 fn unary_composite_ops(fusion: bool) {
-    unary_ops("unary_composite_ops", fusion, |u| u.info().composite);
+    unary_ops("unary_composite_ops", fusion, |u| {
+        unary_suite(u) == Some("unary_composite_ops")
+    });
 }
 
 /// Bool results consumed inside f32 kernels: `where` on `isnan`/`isinf`, logical ops of
@@ -1058,26 +1057,21 @@ fn binary_ops(test: &str, fusion: bool, keep: fn(BinaryOp) -> bool) {
 /// `+ - * /` and the other ops of about one instruction with a numeric result.
 fn binary_simple_ops(fusion: bool) {
     binary_ops("binary_simple_ops", fusion, |b| {
-        let i = b.info();
-        i.cost <= CostClass::Moderate
-            && matches!(
-                i.dtype,
-                DTypeRule::Numeric | DTypeRule::Float | DTypeRule::Any
-            )
+        binary_suite(b) == Some("binary_simple_ops")
     });
 }
 
 /// `pow`, `remainder`, `fmod`, `atan2`: library calls per lane.
 fn binary_library_ops(fusion: bool) {
     binary_ops("binary_library_ops", fusion, |b| {
-        b.info().cost > CostClass::Moderate
+        binary_suite(b) == Some("binary_library_ops")
     });
 }
 
 /// Comparisons, logical and bitwise ops (bool results, or integer operands).
 fn binary_bool_ops(fusion: bool) {
     binary_ops("binary_bool_ops", fusion, |b| {
-        matches!(b.info().dtype, DTypeRule::Bool | DTypeRule::Integral)
+        binary_suite(b) == Some("binary_bool_ops")
     });
 }
 

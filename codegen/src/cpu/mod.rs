@@ -25,40 +25,10 @@ pub use plan::{kernel_for, CpuKernel, CpuPlan};
 /// eager kernels), and the composites it has a routine for (`gelu` in both forms, `silu`);
 /// `decompose` lowers the other composites for it. One exhaustive match: a new op must say.
 pub fn renders(op: &kiln_ir::Op) -> bool {
-    use kiln_ir::{Op, UnaryOp};
+    use kiln_ir::Op;
     match op {
-        Op::Unary(u) => match u {
-            UnaryOp::Gelu | UnaryOp::GeluTanh | UnaryOp::Silu => true,
-            UnaryOp::Relu6 | UnaryOp::Hardswish | UnaryOp::Mish => false,
-            UnaryOp::Neg
-            | UnaryOp::Abs
-            | UnaryOp::Exp
-            | UnaryOp::Log
-            | UnaryOp::Sqrt
-            | UnaryOp::Rsqrt
-            | UnaryOp::Recip
-            | UnaryOp::Sin
-            | UnaryOp::Cos
-            | UnaryOp::Tanh
-            | UnaryOp::Erf
-            | UnaryOp::Sigmoid
-            | UnaryOp::Relu
-            | UnaryOp::Floor
-            | UnaryOp::Ceil
-            | UnaryOp::Round
-            | UnaryOp::Trunc
-            | UnaryOp::Sign
-            | UnaryOp::Log1p
-            | UnaryOp::Expm1
-            | UnaryOp::Log2
-            | UnaryOp::Exp2
-            | UnaryOp::Tan
-            | UnaryOp::Atan
-            | UnaryOp::Isnan
-            | UnaryOp::Isinf
-            | UnaryOp::LogicalNot
-            | UnaryOp::BitwiseNot => true,
-        },
+        // every primitive, and the composites with a routine of their own
+        Op::Unary(u) => !u.info().composite || cpu_unary_composite(*u),
         // composites lowered for fusion: their parts fuse with their neighbours
         Op::Softmax { .. }
         | Op::LogSoftmax { .. }
@@ -96,4 +66,11 @@ pub fn renders(op: &kiln_ir::Op) -> bool {
         | Op::Triu { .. }
         | Op::Tril { .. } => true,
     }
+}
+
+/// The composite unary ops the cpu backend computes with a routine of its own instead of
+/// their decomposition (`cpu/math.rs`: gelu in both forms, silu).
+fn cpu_unary_composite(u: kiln_ir::UnaryOp) -> bool {
+    use kiln_ir::UnaryOp::*;
+    matches!(u, Gelu | GeluTanh | Silu)
 }
