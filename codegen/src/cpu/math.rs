@@ -19,12 +19,12 @@
 //! |---|---|---|---|---|---|
 //! | exp | `2^n·(1 + r(1 + r·P(r)))`, n added into the exponent bits | `n = round(x/ln2)` by the 1.5·2²³ shifter, `r = x - n·ln2` with a 2-part ln2 (first product exact), \|r\| ≤ ln2/2 | P deg 4, total deg 6 (3.1e-9) | 1.16 ulp (9.7e-8) | x ∈ [-87.34, 88.72]; above → +inf, below → 0 (outputs under 2⁻¹²⁶ flushed), exp(NaN) = NaN |
 //! | log | `k·ln2 + f - f²/2 + f³·P(f)` | `x = m·2^k`, m ∈ [√½, √2), `f = m - 1` exact; denormals scaled by 2²³ first | P deg 7, total deg 10 (5.8e-9) | 0.81 ulp (8.0e-8) | all x > 0 incl. denormals; log 0 = -inf, log(x<0) = NaN, log inf = inf |
-//! | sin, cos | `±sin r` or `±cos r` by the quadrant `j mod 4` | `j = round(2x/π)`, Cody–Waite `r = x - j·π/2` with a 3-part π/2 (8 + 8 + 24 bits), \|r\| ≤ π/4 | sin `r + r³S(r²)`, S deg 2 (3.8e-9); cos `1 - r²/2 + r⁴C(r²)`, C deg 2 (1.2e-10) | 1.57 ulp (1.3e-7) where \|y\| ≥ 0.1 (≥ 1e-3 for \|x\| ≤ 100); absolute ≤ 9.4e-9 near the roots | \|x\| ≤ 1e5 (products exact for \|j\| < 2¹⁶); when any lane is past it (or infinite), a branch computes every lane with libm's f64 sine/cosine (`kiln_sinf`/`kiln_cosf`), as eager does; NaN → NaN |
+//! | sin, cos | `±sin r` or `±cos r` by the quadrant `j mod 4` | `j = round(2x/π)`, Cody–Waite `r = x - j·π/2` with a 3-part π/2 (8 + 8 + 24 bits), \|r\| ≤ π/4 | sin `r + r³S(r²)`, S deg 2 (3.8e-9); cos `1 - r²/2 + r⁴C(r²)`, C deg 2 (1.2e-10) | 1.57 ulp (1.3e-7) where \|y\| ≥ 0.1 (≥ 1e-3 for \|x\| ≤ 100); absolute ≤ 9.4e-9 near the roots | \|x\| ≤ 1e5 (products exact for \|j\| < 2¹⁶); the lanes past it (or infinite) take libm's f64 sine/cosine (`kiln_sinf`/`kiln_cosf`), as eager does, through a branch taken only when a lane is; NaN → NaN; ±0 → ±0 |
 //! | log1p | `k·ln2 + ln(1 + f)` as log, `f = (m - 1) + c·2^-k` rounded once | `u = 1 + x` and its rounding error `c = x - (u - 1)` (exact); `u = m·2^k` as log's | log's P | 1.41 ulp (1.2e-7) | all x > -1 (tiny x: k = 0, f = x exactly); log1p(-1) = -inf, log1p(x<-1) = NaN, log1p(inf) = inf, -0 → -0 |
 //! | expm1 | `2·(h·(e^r - 1) + (h - 1/2))`, `h = 2^(n-1)` (= `2^n(e^r - 1) + 2^n - 1`, no 2^128 needed) | exp's, on x clamped to [-20, 89] | `e^r - 1 = r + r²P(r)`, exp's P | 1.53 ulp (1.2e-7) | all x (tiny x: n = 0, `r + r²P`); past 88.72 → +inf, → -1 below -17.4, -0 → -0 |
 //! | log2 | `k + L·(f - f²/2 + f³P(f))`, L = log2(e) in two parts, k added last | log's, denormals included | log's P | 0.98 ulp with FMA, 1.93 without (1.5e-7) | all x > 0; exact on powers of two (denormals too); specials as log |
 //! | exp2 | `2^r·2^(n>>1)·2^(n-(n>>1))`, `2^r = e^(r·ln2)` (exp's polynomial) | `n = round(x)` by the shifter, `r = x - n` exact, \|r\| ≤ 1/2; x clamped to ±160 | exp's P | 1.15 ulp (9.5e-8) | all x; exact on integers; ≥ 128 → +inf; under 2⁻¹²⁶ correctly rounded denormals (no flush), 0 below 2⁻¹⁵⁰ |
-//! | tan | `tan r` (j even) or `-1/tan r` (j odd), `tan r = r + r³T(r²)` | sin's quadrant j; `r = x - j·π/2` exact but for its roundings, as tan needs r relatively near its roots and poles (\|r\| ≥ 4.2e-9 for f32 x ≤ 1e5): with FMA 3 fused steps (π/2 as 3 × 24 bits, the first step exact, r rounded twice), without in f64 (π/2 as 33 + 33 + 53 bits, r rounded once) | T deg 6 on \|r\| ≤ 0.8 (3.3e-9) | 3.04 ulp with FMA, 2.43 without (1.9e-7), relative everywhere, poles and roots included | \|x\| ≤ 1e5; past it (or infinite) libm's f64 tangent (`kiln_tanf`) for the whole vector, as sin/cos; ±0 → ±0 |
+//! | tan | `tan r` (j even) or `-1/tan r` (j odd), `tan r = r + r³T(r²)` | sin's quadrant j; `r = x - j·π/2` exact but for its roundings, as tan needs r relatively near its roots and poles (\|r\| ≥ 4.2e-9 for f32 x ≤ 1e5): with FMA 3 fused steps (π/2 as 3 × 24 bits, the first step exact, r rounded twice), without in f64 (π/2 as 33 + 33 + 53 bits, r rounded once) | T deg 6 on \|r\| ≤ 0.8 (3.3e-9) | 3.04 ulp with FMA, 2.43 without (1.9e-7), relative everywhere, poles and roots included | \|x\| ≤ 1e5; past it (or infinite) libm's f64 tangent (`kiln_tanf`) for those lanes, as sin/cos; ±0 → ±0 |
 //! | atan | `w + w³A(w²)`, past 1 `π/2 - atan w` (π/2 in two parts) | `w = min(\|x\|, 1)/max(\|x\|, 1)`, sign restored | A deg 8 on [0, 1] (3.4e-9) | 1.43 ulp (1.3e-7) | all x; atan ±inf = ±π/2, ±0 → ±0 |
 //! | tanh | `sign(x)·(-t/(2 + t))`, `t = expm1(-2\|x\|)` (one path for all x, no select) | expm1 as exp's (`2^n·(r + r²P(r)) + (2^n - 1)`, exact scale), 2\|x\| clamped to 20 | exp's P | 2.49 ulp (1.6e-7) | all x; tanh ±inf = ±1 |
 //! | erf | `x·(2/√π + x²·Q(x²))` for \|x\| < 0.75, else `±(1 - e^(-x²)·R(\|x\|))` | `x² = xh² + xl·(x + xh)` split exactly into exp (xh: 12 bits) | Q deg 4 in x² (1.4e-9); R deg 10 in `(a-3)/(a+3)` on a ∈ [0, 10] (1.4e-9) | 1.92 ulp (1.6e-7) | all x; erf ±inf = ±1 |
@@ -468,9 +468,9 @@ impl Math {
         }
     }
 
-    /// Sine, cosine or tangent: `fast` (the polynomial routine's value), and where any
-    /// lane's |x| exceeds [`TRIG_LIMIT`] (or is infinite) libm's value `l` for every lane,
-    /// through a branch taken only then.
+    /// Sine, cosine or tangent: `fast` (the polynomial routine's value), and for the lanes
+    /// whose |x| exceeds [`TRIG_LIMIT`] (or is infinite) libm's value `l`, through a branch
+    /// taken only when a lane does.
     fn libm_past_trig_limit(&self, e: &mut Em, x: Value, fast: Value, l: Libm) -> Value {
         let ax = e.abs(x);
         let limit = e.c(TRIG_LIMIT);
@@ -486,7 +486,10 @@ impl Math {
         e.b.ins().brif(any, slow, &[], join, &[fast.into()]);
         e.b.switch_to_block(slow);
         let exact = self.lanes(e, l, &[x]);
-        e.b.ins().jump(join, &[exact.into()]);
+        // only the lanes past the limit take libm's value, so a lane's result never
+        // depends on its neighbours (the vector and scalar forms agree bit for bit)
+        let mixed = e.sel(big, exact, fast);
+        e.b.ins().jump(join, &[mixed.into()]);
         e.b.switch_to_block(join);
         out
     }

@@ -796,7 +796,7 @@ fn sin_and_cos_are_accurate_to_1e5() {
 
 /// Inputs for tan on |x| ≤ `hi`: for every multiple of π/2 up to `hi` the f32 values next
 /// to it (tan's roots and poles, where its reduction must be exact), then [`trig_inputs`]
-/// (which end in the infinities: a vector holding one takes the libm path in every lane).
+/// (which end in the infinities, which take the libm path).
 fn tan_inputs(seed: u64, hi: f64) -> Vec<f32> {
     let kmax = (hi / std::f64::consts::FRAC_PI_2) as i64;
     let mut v: Vec<f32> = (-kmax..=kmax)
@@ -815,8 +815,7 @@ fn tan_is_accurate_to_1e5_and_past_it() {
     assert!(st.max_ulp <= TAN_ULP, "tan: {st:?}");
     let st = check_unary(UnaryOp::Tan, tan_inputs(27, 1e5), REL);
     assert!(st.max_ulp <= TAN_WIDE_ULP, "tan wide: {st:?}");
-    // past 1e5 (or infinite) the libm path, correctly rounded from f64 (lanes under 1e5 are
-    // left out: in a vector with a lane past it they take that path too)
+    // past 1e5 (or infinite) the libm path, correctly rounded from f64
     let mut rng = Rng(28);
     let xs: Vec<f32> = (0..200_000)
         .map(|_| rng.bits())
@@ -1123,6 +1122,8 @@ fn special_values_are_exact() {
         (UnaryOp::Sin, inf, nan),
         (UnaryOp::Sin, -inf, nan),
         (UnaryOp::Sin, nan, nan),
+        (UnaryOp::Sin, 0.0, 0.0),
+        (UnaryOp::Sin, -0.0, -0.0),
         (UnaryOp::Cos, inf, nan),
         (UnaryOp::Cos, nan, nan),
         (UnaryOp::Cos, 0.0, 1.0),
@@ -1264,6 +1265,69 @@ fn every_f32() {
                  max rel {:.3e}; {fails} failures",
                 st.max_ulp, st.worst_x, st.max_rel
             );
+        }
+    }
+}
+
+/// Every float unary op the cpu backend renders, from the op table (a new row is tested
+/// without an edit here): the F32X4 and scalar forms give the same bits (any NaN for a
+/// NaN), and both are within 16 ulp of the f64 reference rounded to f32 (relative where
+/// |y| ≥ 1e-3, else 1e-9 absolute; NaN where the reference is NaN, infinities exactly) on
+/// dense sweeps of each op's domain, seeded random values and the special values. The
+/// tighter per-routine bounds of the tests above still hold; this is the floor every new
+/// routine meets.
+#[test]
+fn every_rendered_float_unary_op_of_the_table() {
+    use kiln_ir::{DTypeRule, Domain, Op};
+    let mut rng = Rng(21);
+    for u in UnaryOp::ALL {
+        let info = u.info();
+        let float = matches!(info.dtype, DTypeRule::Float | DTypeRule::Numeric);
+        if !float || !crate::cpu::renders(&Op::Unary(u)) {
+            continue;
+        }
+        let (lo, hi) = match info.domain[0] {
+            Domain::Positive => (1e-6, 1e4),
+            Domain::AboveMinusOne => (-0.999, 1e4),
+            Domain::Small => (-3.0, 3.0),
+            Domain::Real | Domain::NonZero | Domain::Integer => (-90.0, 90.0),
+        };
+        let mut xs = sweep(lo, hi, 20_001);
+        xs.extend(sweep(-4.0, 4.0, 8_001));
+        xs.extend((0..4000).map(|_| rng.uniform(lo, hi)));
+        // sin, cos, tan past 1e4 are the tests above's; the infinities (libm's path) share
+        // vectors with small values here, whose lanes must keep the polynomial's bits
+        xs.extend(
+            specials()
+                .into_iter()
+                .filter(|v| v.abs() <= 1e4 || !v.is_finite()),
+        );
+        let ys = vec![0.0f32; xs.len()];
+        for fma in fma_modes() {
+            let k = compile(TestOp::Unary(u), fma);
+            let (v, s) = (k.run(&xs, &ys), k.run_scalar(&xs, &ys));
+            for (i, &x) in xs.iter().enumerate() {
+                // the same bits, or NaN both (a NaN's payload is not part of the result)
+                assert!(
+                    v[i].to_bits() == s[i].to_bits() || (v[i].is_nan() && s[i].is_nan()),
+                    "{u:?}({x:e}) fma={fma}: vector {} vs scalar {}",
+                    v[i],
+                    s[i]
+                );
+                let want = u.eval_f64(f64::from(x)) as f32;
+                let got = v[i];
+                let ok = if want.is_nan() {
+                    got.is_nan()
+                } else if want.is_infinite() {
+                    got == want
+                } else if want.abs() >= 1e-3 {
+                    let ulp = (f64::from(want).abs() * f64::EPSILON * 2f64.powi(29)).max(1e-45);
+                    (f64::from(got) - f64::from(want)).abs() <= 16.0 * ulp
+                } else {
+                    (f64::from(got) - f64::from(want)).abs() <= 1e-9
+                };
+                assert!(ok, "{u:?}({x:e}) fma={fma}: got {got:e}, want {want:e}");
+            }
         }
     }
 }

@@ -57,7 +57,15 @@ pub(super) fn sin_cos(e: &mut Em, x: Value, cos: bool) -> Value {
     let sign = e.b.ins().ishl_imm_u(q, 30);
     let sign = e.float_bits(sign);
     let sign = e.sign_of(sign);
-    e.b.ins().bxor(v, sign)
+    let v = e.b.ins().bxor(v, sign);
+    if cos {
+        return v;
+    }
+    // sin(-0) = -0: the reduction's last step adds +0 (j·-PIO2_3 for j = +0) to r = -0,
+    // which rounds to +0, so zeros take x itself
+    let zero = e.c(0.0);
+    let is_zero = e.cmp(FloatCC::Equal, x, zero);
+    e.sel(is_zero, x, v)
 }
 
 /// The quadrant of `x`: `j = round(x·2/π)` (a float) by the shifter, and `t = j + SHIFTER`,
