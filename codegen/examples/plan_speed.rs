@@ -1,5 +1,6 @@
 //! Times a CpuPlan on the graphs of an IR file (fresh random inputs, symbols at 64):
-//! `cargo run --release -p kiln-codegen --example plan_speed -- FILE [reps]`.
+//! `cargo run --release -p kiln-codegen --example plan_speed -- FILE [reps]` (the
+//! `KILN_*` code generation overrides apply: `CodegenOptions::from_env`).
 
 use kiln_codegen::cpu::CpuPlan;
 use kiln_runtime::CpuTensor;
@@ -29,7 +30,8 @@ fn main() {
         )
         .expect("passes run");
         let s = kiln_passes::schedule::schedule(&opt).expect("schedules");
-        let plan = CpuPlan::new(&s).expect("plan");
+        let plan =
+            CpuPlan::with_options(&s, &kiln_codegen::CodegenOptions::from_env()).expect("plan");
         let vals = kiln_ir::interp::random_inputs(&g, 0, &|_| 64).expect("inputs");
         let ins: Vec<CpuTensor> = vals
             .iter()

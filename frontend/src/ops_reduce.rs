@@ -12,6 +12,7 @@ impl Tensor {
             op,
             dims: dims.to_vec(),
             keepdim,
+            dtype: None,
         })
     }
 

@@ -259,12 +259,21 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
             op: r,
             dims,
             keepdim,
+            dtype: cast_to,
         } => {
             c.arity(1, 1)?;
             let t = c.tensor(0)?;
             let dims = reduced_dims(&c, dims, t.shape.rank())?;
+            // torch's `dtype=`: the operand is converted to it first
+            let t = &match cast_to {
+                None => t.clone(),
+                Some(_) if matches!(r, ReduceOp::Max | ReduceOp::Min) => {
+                    return Err(c.err("takes no dtype (only sum and mean do)"))
+                }
+                Some(d) => TensorType::new(*d, t.shape.clone()),
+            };
             let dtype = match r {
-                ReduceOp::Sum if !t.dtype.is_float() => DType::I64,
+                ReduceOp::Sum if !t.dtype.is_float() && cast_to.is_none() => DType::I64,
                 ReduceOp::Mean => {
                     c.float_input(t)?;
                     t.dtype

@@ -54,6 +54,7 @@ fn mlp() -> Graph {
             op: ReduceOp::Sum,
             dims: vec![1],
             keepdim: false,
+            dtype: None,
         },
         &[r.into()],
     );

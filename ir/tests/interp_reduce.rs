@@ -37,6 +37,7 @@ fn red(op: ReduceOp, dims: &[i64], keepdim: bool, x: InterpArg) -> Value {
             op,
             dims: dims.to_vec(),
             keepdim,
+            dtype: None,
         },
         vec![x],
     )
@@ -218,6 +219,7 @@ fn max_min_propagate_nan() {
             op: ReduceOp::Max,
             dims: vec![1],
             keepdim: false,
+            dtype: None,
         },
         &[t(DType::F32, &[2, 0], &[])],
     )

@@ -54,14 +54,27 @@
 //! and `f64` compute in themselves. `linear` is never widened: `matmul` accumulates
 //! precisely already, and widening would copy the operands.
 //!
+//! # Statistics dtype
+//!
+//! The statistics of `f32` values (the sums and means of `mean`, `var`, `layer_norm` and
+//! `rms_norm`, the squares they sum, `var`'s quotient and the norms' `rsqrt`) are kept in
+//! `f64`, as eager computes them, and the precision is written in the graph rather than
+//! left to each backend: the sum is a `sum {dtype = f64}` (torch's `dtype=` argument), the
+//! square is `cast(c, f64) * cast(c, f64)` (exact, and finite for every finite `f32`), and
+//! the statistic is cast back to the compute dtype where it meets the values again. So a
+//! row of equal values has an exact mean and a zero variance on every backend, and large
+//! values do not overflow their squares. The loop nests keep such `f64` values in
+//! registers; `Fused::keep_f64_in_kernels` moves the casts so that no kernel stores one.
+//!
 //! [`DecomposeOptions::f64_reductions`] widens the `f32` composites that reduce (`mean`,
 //! `var`, `layer_norm`, `rms_norm`) to `f64` too: their `f32` operands are cast up, the
 //! composite decomposes as an `f64` one, and the result is cast back. Programs run one
 //! kernel per op (fusion off) want it: there every intermediate is stored in its dtype, so
 //! in `f32` a row sum is rounded before the division by `n` (the mean of a constant row can
 //! be an ulp off, and its variance not exactly 0) and squares overflow once `|x|` passes
-//! ~1.8e19, where eager (which computes these in `f64`) stays finite. Fused kernels keep
-//! their sums and squares in `f64` registers and need no widening.
+//! ~1.8e19, where eager (which computes these in `f64`) stays finite. With the statistics
+//! dtype above most of this already holds; the option also computes the centred values
+//! (`x - mean`) in `f64`, which is what eager's one-op kernels do.
 //!
 //! # Symbolic dims
 //!
@@ -74,7 +87,8 @@
 //!   `sum / n` (for `var` with `correction = 0`: `mean(c * c, dims, keepdim)`);
 //! * `var` with a non-zero `correction` counts `n` at run time: a `full` tensor over the
 //!   symbolic reduced dims holding the product of the constant ones, summed to a 0-d
-//!   tensor, then `sum(c * c) / maximum(n - correction, 0)`.
+//!   tensor (in the compute dtype: exact below 2^24 elements a row in f32), then
+//!   `sum(c * c) / maximum(n - correction, 0)`.
 //!
 //! Reductions over symbolic dims that are not reduced (`f32[B,7]` normalised over the 7)
 //! decompose with constants as usual.
@@ -345,6 +359,17 @@ fn lit(v: f64) -> Arg {
     Arg::Scalar(Scalar::Float(v))
 }
 
+/// The dtype the statistics (sums, means, variances) of values of dtype `d` are kept in:
+/// f64 for f32 values (as eager computes them: a row of equal values has an exact mean and
+/// a zero variance, and squares of large values do not overflow), else `d` itself.
+fn stat_dtype(d: DType) -> DType {
+    if d == DType::F32 {
+        DType::F64
+    } else {
+        d
+    }
+}
+
 /// The dtype a composite of dtype `d` computes in (see "Compute dtype" in the module docs).
 fn compute_dtype(d: DType) -> DType {
     match d {
@@ -442,14 +467,54 @@ impl Emit<'_> {
         dims: &[i64],
         keepdim: bool,
     ) -> Result<Arg, PassError> {
+        self.reduce_in(op, x, dims, keepdim, None)
+    }
+
+    /// A reduction of `x` converted to `dtype` (torch's `dtype=`; `None`: x's own).
+    fn reduce_in(
+        &mut self,
+        op: ReduceOp,
+        x: Arg,
+        dims: &[i64],
+        keepdim: bool,
+        dtype: Option<DType>,
+    ) -> Result<Arg, PassError> {
         self.op(
             Op::Reduce {
                 op,
                 dims: dims.to_vec(),
                 keepdim,
+                dtype,
             },
             &[x],
         )
+    }
+
+    /// The mean of `x` over `dims` accumulated and divided in `acc`: a sum with
+    /// `dtype = acc` divided by n in `acc` (a `mean {dtype = acc}` when n is symbolic).
+    fn mean_in(
+        &mut self,
+        x: Arg,
+        dims: &[i64],
+        keepdim: bool,
+        acc: DType,
+    ) -> Result<Arg, PassError> {
+        let t = self.ty(x)?.clone();
+        let cast = (t.dtype != acc).then_some(acc);
+        match count(&t.shape, dims) {
+            Ok(n) => {
+                let s = self.reduce_in(ReduceOp::Sum, x, dims, keepdim, cast)?;
+                self.div(s, lit(n as f64))
+            }
+            Err(_) => self.reduce_in(ReduceOp::Mean, x, dims, keepdim, cast),
+        }
+    }
+
+    /// `x * x` computed in `acc` (an f32 value squared in f64 is exact, and finite for
+    /// every finite f32).
+    fn square_in(&mut self, x: Arg, acc: DType) -> Result<Arg, PassError> {
+        let w = self.cast(x, acc)?;
+        self.mul(w, w)
     }
 
     /// `x` cast to `dtype` (no node when it already has it).
@@ -464,17 +529,6 @@ impl Emit<'_> {
     /// `x` in the compute dtype of `dtype`.
     fn widen(&mut self, x: Arg, dtype: DType) -> Result<Arg, PassError> {
         self.cast(x, compute_dtype(dtype))
-    }
-
-    /// The mean of `x` over `dims`: `sum / n` with constant reduced dims, else a `mean`.
-    fn mean(&mut self, x: Arg, dims: &[i64], keepdim: bool) -> Result<Arg, PassError> {
-        match count(&self.ty(x)?.shape, dims) {
-            Ok(n) => {
-                let s = self.reduce(ReduceOp::Sum, x, dims, keepdim)?;
-                self.div(s, lit(n as f64))
-            }
-            Err(_) => self.reduce(ReduceOp::Mean, x, dims, keepdim),
-        }
     }
 
     /// The result: `y` cast to the composite's dtype, which must give its type.
@@ -606,12 +660,15 @@ fn layer_norm(
     let dtype = e.ty(x)?.dtype;
     let dims = trailing(ndim);
     let x = e.widen(x, dtype)?;
-    let m = e.mean(x, &dims, true)?;
+    let (dt, acc) = (compute_dtype(dtype), stat_dtype(compute_dtype(dtype)));
+    let m = e.mean_in(x, &dims, true, acc)?;
+    let m = e.cast(m, dt)?;
     let c = e.sub(x, m)?;
-    let sq = e.mul(c, c)?;
-    let v = e.mean(sq, &dims, true)?;
+    let sq = e.square_in(c, acc)?;
+    let v = e.mean_in(sq, &dims, true, acc)?;
     let ve = e.add(v, lit(eps))?;
     let r = e.unary(UnaryOp::Rsqrt, ve)?;
+    let r = e.cast(r, dt)?;
     let mut y = e.mul(c, r)?;
     if let Some(&w) = args.get(1) {
         let w = e.widen(w, dtype)?;
@@ -639,10 +696,12 @@ fn rms_norm(
     let dtype = e.ty(x)?.dtype;
     let dims = trailing(ndim);
     let x = e.widen(x, dtype)?;
-    let sq = e.mul(x, x)?;
-    let ms = e.mean(sq, &dims, true)?;
+    let (dt, acc) = (compute_dtype(dtype), stat_dtype(compute_dtype(dtype)));
+    let sq = e.square_in(x, acc)?;
+    let ms = e.mean_in(sq, &dims, true, acc)?;
     let me = e.add(ms, lit(eps))?;
     let r = e.unary(UnaryOp::Rsqrt, me)?;
+    let r = e.cast(r, dt)?;
     let mut y = e.mul(x, r)?;
     if let Some(&w) = args.get(1) {
         let w = e.widen(w, dtype)?;
@@ -746,9 +805,11 @@ fn var(
     let x = first(node, args)?;
     let t = e.ty(x)?.clone();
     let x = e.widen(x, t.dtype)?;
-    let m = e.mean(x, dims, true)?;
+    let (dt, acc) = (compute_dtype(t.dtype), stat_dtype(compute_dtype(t.dtype)));
+    let m = e.mean_in(x, dims, true, acc)?;
+    let m = e.cast(m, dt)?;
     let c = e.sub(x, m)?;
-    let sq = e.mul(c, c)?;
+    let sq = e.square_in(c, acc)?;
     let y = match count(&t.shape, dims) {
         Ok(n) => {
             let s = e.reduce(ReduceOp::Sum, sq, dims, keepdim)?;
@@ -758,19 +819,22 @@ fn var(
         Err(_) if correction == 0 => e.reduce(ReduceOp::Mean, sq, dims, keepdim)?,
         Err((consts, syms)) => {
             // n is only known at run time: count it over the symbolic dims.
+            // The count is kept in the compute dtype (exact while a row has fewer than
+            // 2^24 elements in f32) so that no kernel stores an f64 buffer, and widened
+            // where it divides.
             let s = e.reduce(ReduceOp::Sum, sq, dims, keepdim)?;
-            let dtype = compute_dtype(t.dtype);
             let ones = e.op(
                 Op::Full {
                     shape: syms,
                     value: Scalar::Float(consts as f64),
-                    dtype,
+                    dtype: dt,
                 },
                 &[],
             )?;
             let n = e.reduce(ReduceOp::Sum, ones, &[], false)?;
             let d = e.sub(n, lit(correction as f64))?;
             let d = e.binary(BinaryOp::Maximum, d, lit(0.0))?;
+            let d = e.cast(d, acc)?;
             e.div(s, d)?
         }
     };
@@ -787,6 +851,7 @@ fn mean(
         op: ReduceOp::Mean,
         ref dims,
         keepdim,
+        dtype,
     } = node.op
     else {
         return Err(unsupported(format!("{} is not a mean", node.op)));
@@ -794,13 +859,23 @@ fn mean(
     let mut e = Emit { g: out, loc };
     let x = first(node, args)?;
     let t = e.ty(x)?.clone();
+    // torch's `dtype=` names the dtype the mean computes from
+    let comp = compute_dtype(dtype.unwrap_or(t.dtype));
+    let acc = stat_dtype(comp);
     let y = match count(&t.shape, dims) {
+        // accumulated and divided in the statistics dtype, rounded once
         Ok(_) => {
-            let x = e.widen(x, t.dtype)?;
-            e.mean(x, dims, keepdim)?
+            let x = e.cast(x, comp)?;
+            e.mean_in(x, dims, keepdim, acc)?
         }
-        // A symbolic reduced dim: `mean` stays a primitive.
-        Err(_) => e.op(node.op.clone(), &[x])?,
+        // a symbolic count: a primitive `mean` with the statistics dtype
+        Err(_) => e.reduce_in(
+            ReduceOp::Mean,
+            x,
+            dims,
+            keepdim,
+            (acc != t.dtype).then_some(acc),
+        )?,
     };
     e.finish(y, node)
 }

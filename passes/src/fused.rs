@@ -7,7 +7,7 @@
 //! reads as kiln IR, and [`Fused::from_tagged`] reads such text back; the pipeline itself
 //! never goes through the text.
 
-use kiln_ir::{Graph, NodeId, Op, OpKind};
+use kiln_ir::{Arg, DType, Graph, NodeId, Op, OpKind};
 use std::fmt;
 
 /// The kind of loop nest a kernel group becomes.
@@ -143,6 +143,57 @@ impl Fused {
         self.kernels.iter().all(Option::is_none)
     }
 
+    /// Moves the casts to and from f64 so that no f64 value crosses a kernel boundary where
+    /// a cast can avoid it. The decompositions keep f32 statistics (sums, means, variances)
+    /// in f64, and the code generators hold f64 values in registers only: a kernel that
+    /// stored one would run eagerly. Fusion places casts by cost alone, so this fixes them
+    /// up: a widening cast whose users are all in one other kernel moves into that kernel
+    /// (which then reads the f32 value and widens it), and a narrowing cast of an f64 value
+    /// computed in another kernel moves into the producer's kernel (which then stores the
+    /// f32 result). Both are pointwise ops over the shape their kernels already read or
+    /// write, so every kernel's loop nest stays as it was. An f64 value read by several
+    /// kernels, or returned, stays where it is.
+    pub fn keep_f64_in_kernels(mut self) -> Fused {
+        let g = &self.graph;
+        let ids: Vec<NodeId> = g.nodes().map(|(id, _)| id).collect();
+        let mut moves: Vec<(NodeId, KernelTag)> = Vec::new();
+        for &id in &ids {
+            let n = g.node(id);
+            let Op::Cast { dtype } = n.op else { continue };
+            let Some(mine) = self.kernel(id) else {
+                continue;
+            };
+            let Some(Arg::Value(src)) = n.args.first() else {
+                continue;
+            };
+            let src_dtype = g.node(*src).ty.dtype;
+            if dtype == DType::F64 && src_dtype != DType::F64 {
+                // widening: follow the users when they share one other kernel
+                if g.outputs().contains(&id) {
+                    continue;
+                }
+                let users: Vec<Option<KernelTag>> =
+                    g.users(id).into_iter().map(|u| self.kernel(u)).collect();
+                if let Some(Some(t)) = users.first() {
+                    if t.id != mine.id && users.iter().all(|u| *u == Some(*t)) {
+                        moves.push((id, *t));
+                    }
+                }
+            } else if src_dtype == DType::F64 && dtype != DType::F64 {
+                // narrowing: join the f64 value's kernel
+                if let Some(t) = self.kernel(*src) {
+                    if t.id != mine.id {
+                        moves.push((id, t));
+                    }
+                }
+            }
+        }
+        for (id, t) in moves {
+            self.set(id, t);
+        }
+        self
+    }
+
     /// The graph with each node's kernel written into its location comment (the textual
     /// form; see the module docs).
     pub fn tagged_graph(&self) -> Graph {
@@ -222,5 +273,55 @@ mod tests {
             })
         );
         assert_eq!(f.to_string(), text);
+    }
+
+    #[test]
+    fn f64_casts_move_to_the_kernel_that_keeps_the_f64_value() {
+        // a widening cast placed with its producer, and a narrowing cast placed with its
+        // user: both would make a kernel store an f64 value
+        let text = "graph @g(%x: f32[4,3], %y: f32[]) -> f32[4,1] {
+  %0 = sub %y, 1.0                         : f32[]         # k0 pointwise
+  %1 = cast %0 {dtype = f64}               : f64[]         # k0 pointwise
+  %2 = cast %x {dtype = f64}               : f64[4,3]      # k1 reduction
+  %3 = sum %2 {dims = [1], keepdim = true} : f64[4,1]      # k1 reduction
+  %4 = div %3, %1                          : f64[4,1]      # k1 reduction
+  %5 = cast %4 {dtype = f32}               : f32[4,1]      # k2 pointwise
+  %6 = exp %5                              : f32[4,1]      # k2 pointwise
+  return %6
+}
+";
+        let g = kiln_ir::parse_graph(text).unwrap();
+        kiln_ir::verify(&g).unwrap();
+        let f = Fused::from_tagged(&g).keep_f64_in_kernels();
+        let ids: Vec<NodeId> = f.graph.nodes().map(|(id, _)| id).collect();
+        let k = |i: usize| f.kernel(ids[i]).map(|t| t.id);
+        // %0 stays in k0, %1 joins k1, %5 joins k1; the rest is unchanged
+        assert_eq!(
+            (k(2), k(3), k(4), k(5), k(6), k(7), k(8)),
+            (
+                Some(0),
+                Some(1),
+                Some(1),
+                Some(1),
+                Some(1),
+                Some(1),
+                Some(2)
+            )
+        );
+        // a widening cast read by two kernels stays where it was
+        let shared = "graph @g(%x: f32[4,3], %y: f32[]) -> f64[4,1] {
+  %0 = sub %y, 1.0                         : f32[]         # k0 pointwise
+  %1 = cast %0 {dtype = f64}               : f64[]         # k0 pointwise
+  %2 = cast %x {dtype = f64}               : f64[4,3]      # k1 reduction
+  %3 = sum %2 {dims = [1], keepdim = true} : f64[4,1]      # k1 reduction
+  %4 = div %3, %1                          : f64[4,1]      # k1 reduction
+  %5 = mul %4, %1                          : f64[4,1]      # k2 pointwise
+  return %5
+}
+";
+        let g = kiln_ir::parse_graph(shared).unwrap();
+        kiln_ir::verify(&g).unwrap();
+        let f = Fused::from_tagged(&g).keep_f64_in_kernels();
+        assert_eq!(f.kernel(ids[3]).map(|t| t.id), Some(0));
     }
 }

@@ -88,12 +88,14 @@ fn run_fuse(f: &Fused, o: &PassOptions) -> Result<Fused, PassError> {
     ]
     .into_iter()
     .map(|g| {
+        let g = g.keep_f64_in_kernels();
         let c = scheduled_cost(&g);
         (g, c)
     })
     .min_by(|a, b| a.1.total_cmp(&b.1))
     .expect("two candidates");
-    let c_egraph = scheduled_cost(&optimized.extracted);
+    let extracted = optimized.extracted.keep_f64_in_kernels();
+    let c_egraph = scheduled_cost(&extracted);
     let (mut best, why) = if c_greedy < c_egraph {
         (
             greedy,
@@ -101,7 +103,7 @@ fn run_fuse(f: &Fused, o: &PassOptions) -> Result<Fused, PassError> {
         )
     } else {
         (
-            optimized.extracted,
+            extracted,
             format!("e-graph ({c_egraph:.3e}; greedy {c_greedy:.3e})"),
         )
     };

@@ -120,8 +120,15 @@ pub fn execute(op: &Op, args: &[EagerArg<'_>]) -> Result<CpuTensor, RuntimeError
         | Op::Elu { .. }
         | Op::Softplus { .. }
         | Op::NanToNum { .. } => pointwise::unary_attrs(op, tensor(0)?, out.dtype),
-        Op::Reduce { op: r, dims, .. } => {
+        Op::Reduce {
+            op: r, dims, dtype, ..
+        } => {
             let x = tensor(0)?;
+            // torch's `dtype=`: the operand converted first
+            let x = match dtype {
+                Some(d) => &x.to_dtype(*d),
+                None => x,
+            };
             reduce::reduce(*r, x, &reduce::reduced_dims(dims, x.rank()), &shape)
         }
         Op::Argmax { dim: d, .. } => {

@@ -137,6 +137,7 @@ fn reductions_follow_torch() {
             op: ReduceOp::Sum,
             dims: vec![1],
             keepdim: true,
+            dtype: None,
         },
         &[&i],
     );
@@ -148,7 +149,8 @@ fn reductions_follow_torch() {
             Op::Reduce {
                 op: ReduceOp::Sum,
                 dims: vec![],
-                keepdim: false
+                keepdim: false,
+                dtype: None
             },
             &[&b]
         )
@@ -182,7 +184,8 @@ fn reductions_follow_torch() {
         Op::Reduce {
             op: ReduceOp::Max,
             dims: vec![],
-            keepdim: false
+            keepdim: false,
+            dtype: None
         },
         &[&n]
     )
@@ -233,6 +236,7 @@ fn reductions_follow_torch() {
             op: ReduceOp::Sum,
             dims: vec![],
             keepdim: false,
+            dtype: None,
         },
         &[&r],
     )
@@ -245,7 +249,8 @@ fn reductions_follow_torch() {
             Op::Reduce {
                 op: ReduceOp::Sum,
                 dims: vec![],
-                keepdim: false
+                keepdim: false,
+                dtype: None
             },
             &[&z]
         )
@@ -270,7 +275,8 @@ fn reductions_follow_torch() {
             Op::Reduce {
                 op: ReduceOp::Sum,
                 dims: vec![0],
-                keepdim: false
+                keepdim: false,
+                dtype: None
             },
             &[&e]
         )
@@ -281,7 +287,8 @@ fn reductions_follow_torch() {
         Op::Reduce {
             op: ReduceOp::Mean,
             dims: vec![0],
-            keepdim: false
+            keepdim: false,
+            dtype: None
         },
         &[&e]
     )
@@ -292,7 +299,8 @@ fn reductions_follow_torch() {
             Op::Reduce {
                 op: ReduceOp::Max,
                 dims: vec![1],
-                keepdim: false
+                keepdim: false,
+                dtype: None
             },
             &[&e]
         )

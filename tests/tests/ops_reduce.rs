@@ -61,6 +61,7 @@ fn reductions_over_dims_with_keepdim() {
                                     op,
                                     dims: dims.clone(),
                                     keepdim,
+                                    dtype: None,
                                 },
                                 &[TestArg::T(x)],
                             );
@@ -80,6 +81,7 @@ fn sum_of_integers_is_i64() {
             op: ReduceOp::Sum,
             dims: vec![1],
             keepdim: false,
+            dtype: None,
         },
         &[TestArg::T(x)],
     );
@@ -95,6 +97,7 @@ fn max_propagates_nan() {
             op: ReduceOp::Max,
             dims: vec![1],
             keepdim: false,
+            dtype: None,
         },
         &[TestArg::T(x)],
     );

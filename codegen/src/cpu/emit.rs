@@ -96,8 +96,6 @@ struct Emitter<'a> {
     row64: HashMap<ValueId, Value>,
     /// per (buffer, inner index value): the element pointer, shared by unrolled copies
     ptr_cache: std::cell::RefCell<HashMap<(usize, Value), Value>>,
-    /// the normalisers of decomposed norms, computed in f64 (see [`norm_chains`])
-    norm64: NormChains,
     /// what each body value may take: transcendentals leave out the special cases their
     /// argument cannot reach
     ranges: Vec<ValueRange>,
@@ -105,53 +103,6 @@ struct Emitter<'a> {
     chains: ChainFits,
     /// each statement's estimated cost, the chain fits applied
     costs: Vec<usize>,
-}
-
-/// The statements of `rsqrt(sum(c * c) / n + eps)` (decomposed `layer_norm` and `rms_norm`):
-/// the division, the addition and the `rsqrt` are done in f64 on the f64 total and rounded
-/// once, as the eager norms compute them; and where the f32 squares overflowed (|c| past
-/// ~1.8e19, the total is +inf) the row's squares are redone in f64 (a slow path taken only
-/// then), so the norm is finite where eager's is, not 0.
-#[derive(Default)]
-struct NormChains {
-    /// sum reductions of `c * c`, mapped to `c`
-    squares: HashMap<ValueId, ValueId>,
-    /// the row values after them (`/ n`, `+ eps`, `rsqrt`)
-    rows: std::collections::HashSet<ValueId>,
-}
-
-fn norm_chains(nest: &LoopNest) -> NormChains {
-    let body = &nest.body;
-    let mut chains = NormChains::default();
-    for (v, st) in body.iter().enumerate() {
-        let Expr::Unary(UnaryOp::Rsqrt, a) = st.expr else {
-            continue;
-        };
-        let Expr::Binary(BinaryOp::Add, m, eps) = body[a].expr else {
-            continue;
-        };
-        if !matches!(body[eps].expr, Expr::Const(_)) {
-            continue;
-        }
-        let Expr::Binary(BinaryOp::Div, r, n) = body[m].expr else {
-            continue;
-        };
-        if !matches!(body[n].expr, Expr::Const(_) | Expr::InnerLen) {
-            continue;
-        }
-        let Expr::Reduce(ReduceOp::Sum, sq) = body[r].expr else {
-            continue;
-        };
-        let Expr::Binary(BinaryOp::Mul, c, c2) = body[sq].expr else {
-            continue;
-        };
-        if c != c2 || body[c].row {
-            continue;
-        }
-        chains.squares.insert(r, c);
-        chains.rows.extend([m, a, v]);
-    }
-    chains
 }
 
 /// Builds the body of `func` (whose signature is the kernel signature) for `nest` at `spec`.
@@ -208,7 +159,6 @@ pub(crate) fn emit_nest(
         row: HashMap::new(),
         row64: HashMap::new(),
         ptr_cache: Default::default(),
-        norm64: norm_chains(nest),
         ranges: Vec::new(),
         chains: ChainFits::default(),
         costs: Vec::new(),
@@ -452,11 +402,6 @@ impl Emitter<'_> {
     /// A row value (scalar), computed from other row values.
     fn row_value(&mut self, b: &mut FunctionBuilder, v: ValueId) -> Value {
         let e = self.nest.body[v].expr.clone();
-        if self.norm64.rows.contains(&v) {
-            let r = self.norm_row_f64(b, &e);
-            self.row64.insert(v, r);
-            return b.ins().fdemote(types::F32, r);
-        }
         match e {
             Expr::Load(buf) if self.is_bool(buf) => {
                 b.ins().load(types::I8, flags(), self.base[buf], 0)
@@ -465,24 +410,8 @@ impl Emitter<'_> {
             Expr::Const(c) => b.ins().f32const(c as f32),
             Expr::InnerLen => self.inner_len,
             Expr::Reduce(..) => self.row[&v],
-            // a mean: the f64 total divided by the count, rounded once (as eager does)
-            Expr::Binary(BinaryOp::Div, x, y) if self.row64.contains_key(&x) => {
-                let d = match self.nest.body[y].expr {
-                    Expr::Const(c) => Some(b.ins().f64const(c)),
-                    Expr::InnerLen => Some(b.ins().fcvt_from_sint(types::F64, self.inner_len_i)),
-                    _ => None,
-                };
-                match d {
-                    Some(d) => {
-                        let q = b.ins().fdiv(self.row64[&x], d);
-                        b.ins().fdemote(types::F32, q)
-                    }
-                    None => {
-                        let ops = |x: &ValueId| self.row[x];
-                        self.compute(b, &e, Width::Scalar, &ops)
-                    }
-                }
-            }
+            // an f64 statistic rounded once
+            Expr::Narrow(x) => b.ins().fdemote(types::F32, self.row64[&x]),
             other => {
                 let ops = |x: &ValueId| self.row[x];
                 self.compute(b, &other, Width::Scalar, &ops)
@@ -490,22 +419,102 @@ impl Emitter<'_> {
         }
     }
 
-    /// A norm's sum of squares (see [`NormChains`]) redone in f64 when the fast one (f32
-    /// squares, summed in f64) overflowed to +inf: a scalar loop over the row that squares
-    /// each `c` in f64, taken only then. Returns the total to use.
+    /// An f64 row value (scalar): statistics and the arithmetic on them.
+    fn row_value64(&self, b: &mut FunctionBuilder, v: ValueId) -> Value {
+        let f = |b: &mut FunctionBuilder, x: ValueId| self.f64_row_operand(b, x);
+        match self.nest.body[v].expr {
+            Expr::Reduce(..) => self.row64[&v],
+            Expr::Widen(x) => b.ins().fpromote(types::F64, self.row[&x]),
+            Expr::Binary(op, x, y) => {
+                let (x, y) = (f(b, x), f(b, y));
+                f64_binary(b, op, x, y)
+            }
+            Expr::Unary(op, x) => {
+                let x = f(b, x);
+                f64_unary(b, op, x)
+            }
+            _ => f(b, v),
+        }
+    }
+
+    /// An operand of f64 row arithmetic: a literal, the inner length, or a computed value.
+    fn f64_row_operand(&self, b: &mut FunctionBuilder, x: ValueId) -> Value {
+        match self.nest.body[x].expr {
+            Expr::Const(c) => b.ins().f64const(c),
+            Expr::InnerLen => b.ins().fcvt_from_sint(types::F64, self.inner_len_i),
+            _ => self.row64[&x],
+        }
+    }
+
+    /// An f64 point value (only ever folded by a sum: see [`f64_supported`]) at width `w`:
+    /// a scalar, or the low and high F64X2 halves of the four lanes.
+    fn f64_point(
+        &self,
+        b: &mut FunctionBuilder,
+        v: ValueId,
+        w: Width,
+        vals: &HashMap<ValueId, Value>,
+        splats: &HashMap<ValueId, Value>,
+    ) -> (Value, Option<Value>) {
+        match self.nest.body[v].expr {
+            Expr::Widen(x) => {
+                let x = self.lookup(x, w, vals, splats);
+                match w {
+                    Width::Scalar => (b.ins().fpromote(types::F64, x), None),
+                    Width::Vector => {
+                        let (lo, hi) = widen(b, x);
+                        (lo, Some(hi))
+                    }
+                }
+            }
+            Expr::Const(c) => {
+                let k = b.ins().f64const(c);
+                match w {
+                    Width::Scalar => (k, None),
+                    Width::Vector => {
+                        let s = b.ins().splat(types::F64X2, k);
+                        (s, Some(s))
+                    }
+                }
+            }
+            Expr::Binary(op, x, y) => {
+                let (xl, xh) = self.f64_point(b, x, w, vals, splats);
+                let (yl, yh) = self.f64_point(b, y, w, vals, splats);
+                let lo = f64_binary(b, op, xl, yl);
+                let hi = xh.zip(yh).map(|(p, q)| f64_binary(b, op, p, q));
+                (lo, hi)
+            }
+            ref other => unreachable!("{other:?} is not an f64 point value of the loop form"),
+        }
+    }
+
+    /// The f32 value `c` when `v` is `widen(c) * widen(c)`: the f64 square of an f32 value
+    /// (the sum of squares of a norm or a variance, as decompose writes it).
+    fn square_of_widened(&self, v: ValueId) -> Option<ValueId> {
+        let Expr::Binary(BinaryOp::Mul, x, y) = self.nest.body[v].expr else {
+            return None;
+        };
+        match self.nest.body[x].expr {
+            Expr::Widen(c) if x == y && self.nest.body[c].ty == ScalarType::F32 => Some(c),
+            _ => None,
+        }
+    }
+
+    /// A sum of f64 squares of an f32 value whose f32 squares overflowed to `+inf`: the row
+    /// again, each value squared in f64 (a scalar loop, taken only then). Returns the
+    /// total to use.
     #[allow(
         clippy::too_many_arguments,
         reason = "the loop's context, passed through"
     )]
-    fn norm_squares_f64(
+    fn squares_in_f64(
         &self,
         b: &mut FunctionBuilder,
         total: Value,
         c: ValueId,
         point: &[ValueId],
         splats: &HashMap<ValueId, Value>,
-        i0: Value,
-        i1: Value,
+        (i0, i1): (Value, Value),
     ) -> Value {
         let inf = b.ins().f64const(f64::INFINITY);
         let over = b.ins().fcmp(FloatCC::Equal, total, inf);
@@ -534,7 +543,12 @@ impl Emitter<'_> {
         let cv = self.lookup(c, Width::Scalar, &vals, splats);
         let w = b.ins().fpromote(types::F64, cv);
         let a = b.use_var(acc);
-        let n = self.mul_add_f64(b, w, w, a);
+        let n = if self.math.has_fma() {
+            b.ins().fma(w, w, a)
+        } else {
+            let p = b.ins().fmul(w, w);
+            b.ins().fadd(p, a)
+        };
         b.def_var(acc, n);
         let next = b.ins().iadd_imm_s(jv, 1);
         b.def_var(j, next);
@@ -543,40 +557,41 @@ impl Emitter<'_> {
         out
     }
 
-    /// `a * m + c` on f64 values, fused when the host has FMA.
-    fn mul_add_f64(&self, b: &mut FunctionBuilder, a: Value, m: Value, c: Value) -> Value {
-        if self.math.has_fma() {
-            b.ins().fma(a, m, c)
-        } else {
-            let p = b.ins().fmul(a, m);
-            b.ins().fadd(p, c)
+    /// `acc + v` for an f64 point value `v` folded by a sum, with a product fused into the
+    /// accumulation where the host has FMA (`acc + a·b` rounded once).
+    fn fold_f64(
+        &self,
+        b: &mut FunctionBuilder,
+        v: ValueId,
+        accs: (Value, Option<Value>),
+        w: Width,
+        vals: &HashMap<ValueId, Value>,
+        splats: &HashMap<ValueId, Value>,
+    ) -> (Value, Option<Value>) {
+        if let (Expr::Binary(BinaryOp::Mul, x, y), true) =
+            (&self.nest.body[v].expr, self.math.has_fma())
+        {
+            let (xl, xh) = self.f64_point(b, *x, w, vals, splats);
+            // a square widens its operand once
+            let (yl, yh) = if x == y {
+                (xl, xh)
+            } else {
+                self.f64_point(b, *y, w, vals, splats)
+            };
+            let lo = b.ins().fma(xl, yl, accs.0);
+            let hi = match (xh, yh, accs.1) {
+                (Some(p), Some(q), Some(a)) => Some(b.ins().fma(p, q, a)),
+                _ => None,
+            };
+            return (lo, hi);
         }
-    }
-
-    /// A statement of a norm chain (`/ n`, `+ eps`, `rsqrt`) in f64.
-    fn norm_row_f64(&self, b: &mut FunctionBuilder, e: &Expr) -> Value {
-        let f64_of = |b: &mut FunctionBuilder, x: ValueId| match self.nest.body[x].expr {
-            Expr::Const(c) => b.ins().f64const(c),
-            Expr::InnerLen => b.ins().fcvt_from_sint(types::F64, self.inner_len_i),
-            _ => self.row64[&x],
+        let (l, h) = self.f64_point(b, v, w, vals, splats);
+        let lo = b.ins().fadd(accs.0, l);
+        let hi = match (h, accs.1) {
+            (Some(p), Some(a)) => Some(b.ins().fadd(a, p)),
+            _ => None,
         };
-        match *e {
-            Expr::Binary(BinaryOp::Div, x, y) => {
-                let (x, y) = (f64_of(b, x), f64_of(b, y));
-                b.ins().fdiv(x, y)
-            }
-            Expr::Binary(BinaryOp::Add, x, y) => {
-                let (x, y) = (f64_of(b, x), f64_of(b, y));
-                b.ins().fadd(x, y)
-            }
-            Expr::Unary(UnaryOp::Rsqrt, x) => {
-                let x = f64_of(b, x);
-                let s = b.ins().sqrt(x);
-                let one = b.ins().f64const(1.0);
-                b.ins().fdiv(one, s)
-            }
-            _ => unreachable!("norm chains hold only these statements"),
-        }
+        (lo, hi)
     }
 
     /// A pointwise instruction on already computed operands.
@@ -630,7 +645,12 @@ impl Emitter<'_> {
                     }
                 }
             }
-            Expr::Load(_) | Expr::Const(_) | Expr::InnerLen | Expr::Reduce(..) => {
+            Expr::Load(_)
+            | Expr::Const(_)
+            | Expr::InnerLen
+            | Expr::Reduce(..)
+            | Expr::Widen(_)
+            | Expr::Narrow(_) => {
                 unreachable!("handled by the caller")
             }
         }
@@ -644,6 +664,7 @@ impl Emitter<'_> {
         let x = self.row[&v];
         match self.nest.body[v].ty {
             ScalarType::F32 => b.ins().splat(f32x4(), x),
+            ScalarType::F64 => unreachable!("f64 row values are not splat (f64_supported)"),
             ScalarType::Bool => {
                 let m = b.ins().bmask(types::I32, x);
                 b.ins().splat(i32x4(), m)
@@ -833,7 +854,8 @@ impl Emitter<'_> {
     ) -> Vec<HashMap<ValueId, Value>> {
         let mut all: Vec<HashMap<ValueId, Value>> = vec![HashMap::new(); ivs.len()];
         for &v in point {
-            if self.chains.absorbed.contains(&v) {
+            // f64 point values are computed where a sum folds them (`fold_f64`)
+            if self.chains.absorbed.contains(&v) || self.nest.body[v].ty == ScalarType::F64 {
                 continue;
             }
             if let Some(c) = self.chains.fits.get(&v) {
@@ -915,8 +937,13 @@ impl Emitter<'_> {
         match phase {
             Phase::Row(vs) => {
                 for &v in vs {
-                    let x = self.row_value(b, v);
-                    self.row.insert(v, x);
+                    if self.nest.body[v].ty == ScalarType::F64 {
+                        let x = self.row_value64(b, v);
+                        self.row64.insert(v, x);
+                    } else {
+                        let x = self.row_value(b, v);
+                        self.row.insert(v, x);
+                    }
                 }
             }
             Phase::RowStores(ss) => {
@@ -1035,7 +1062,8 @@ impl Emitter<'_> {
             needs.push(self.nest.stores[s].value);
         }
         for x in needs {
-            if self.nest.body[x].row && !splats.contains_key(&x) {
+            let st = &self.nest.body[x];
+            if st.row && st.ty != ScalarType::F64 && !splats.contains_key(&x) {
                 let s = self.splat(b, x);
                 splats.insert(x, s);
             }
@@ -1043,15 +1071,24 @@ impl Emitter<'_> {
         let mut vacc: Vec<Vec<Variable>> = Vec::new();
         let mut sacc: Vec<Variable> = Vec::new();
         for &r in reduces {
-            let (op, _) = self.reduce_op(r);
             // sums accumulate in f64 (two F64X2 halves per vector), as eager does, so a row
             // of equal values sums exactly and layer norm of a constant row is 0
+            let (op, x) = self.reduce_op(r);
             let (sty, vty, copies, id) = if is_sum(op) {
                 let z = b.ins().f64const(0.0);
-                (types::F64, types::F64X2, 2, z)
+                // f64 point values fold into a low and a high accumulator per copy (their
+                // chains independent); f32 ones are summed across copies first
+                let copies = if self.nest.body[x].ty == ScalarType::F64
+                    && self.square_of_widened(x).is_none()
+                {
+                    2 * u as usize
+                } else {
+                    2
+                };
+                (types::F64, types::F64X2, copies, z)
             } else {
                 let z = b.ins().f32const(reduce_identity(op));
-                (types::F32, f32x4(), u, z)
+                (types::F32, f32x4(), u as usize, z)
             };
             let idv = b.ins().splat(vty, id);
             let vs: Vec<Variable> = (0..copies)
@@ -1089,6 +1126,38 @@ impl Emitter<'_> {
         let copies = self.point_values(b, point, &iks, Width::Vector, splats);
         for (ri, &r) in reduces.iter().enumerate() {
             let (op, x) = self.reduce_op(r);
+            if let Some(c) = self.square_of_widened(x) {
+                // f64 squares of f32 values, selected as f32 squares summed pairwise over
+                // the copies in f32, then widened into the f64 accumulators (relative error
+                // ≤ 2^-21 of the row's sum of squares; `squares_in_f64` redoes the row in
+                // f64 where the f32 squares overflow)
+                let sq: Vec<Value> = copies
+                    .iter()
+                    .map(|vals| {
+                        let cv = self.lookup(c, Width::Vector, vals, splats);
+                        b.ins().fmul(cv, cv)
+                    })
+                    .collect();
+                let xv = pairwise(b, sq, |b, p, q| b.ins().fadd(p, q));
+                let (lo, hi) = widen(b, xv);
+                for (j, h) in [lo, hi].into_iter().enumerate() {
+                    let var = l.vacc[ri][j];
+                    let acc = b.use_var(var);
+                    let n = b.ins().fadd(acc, h);
+                    b.def_var(var, n);
+                }
+                continue;
+            }
+            if self.nest.body[x].ty == ScalarType::F64 {
+                for (k, vals) in copies.iter().enumerate() {
+                    let (lo, hi) = (l.vacc[ri][2 * k], l.vacc[ri][2 * k + 1]);
+                    let accs = (b.use_var(lo), Some(b.use_var(hi)));
+                    let (nl, nh) = self.fold_f64(b, x, accs, Width::Vector, vals, splats);
+                    b.def_var(lo, nl);
+                    b.def_var(hi, nh.expect("vector halves"));
+                }
+                continue;
+            }
             let xs: Vec<Value> = copies
                 .iter()
                 .map(|vals| self.lookup(x, Width::Vector, vals, splats))
@@ -1138,6 +1207,12 @@ impl Emitter<'_> {
             .expect("one copy");
         for (ri, &r) in reduces.iter().enumerate() {
             let (op, x) = self.reduce_op(r);
+            if self.nest.body[x].ty == ScalarType::F64 {
+                let acc = b.use_var(l.sacc[ri]);
+                let (n, _) = self.fold_f64(b, x, (acc, None), Width::Scalar, &vals, splats);
+                b.def_var(l.sacc[ri], n);
+                continue;
+            }
             let xv = self.lookup(x, Width::Scalar, &vals, splats);
             let acc = b.use_var(l.sacc[ri]);
             let n = if is_sum(op) {
@@ -1162,11 +1237,11 @@ impl Emitter<'_> {
         b: &mut FunctionBuilder,
         point: &[ValueId],
         reduces: &[ValueId],
-        (i0, i1): (Value, Value),
+        inner: (Value, Value),
         l: &LoopLocals,
     ) {
         for (ri, &r) in reduces.iter().enumerate() {
-            let (op, _) = self.reduce_op(r);
+            let (op, x) = self.reduce_op(r);
             if is_sum(op) {
                 let mut v = b.use_var(l.vacc[ri][0]);
                 for &acc in &l.vacc[ri][1..] {
@@ -1178,8 +1253,8 @@ impl Emitter<'_> {
                 let s = b.ins().fadd(l0, l1);
                 let t = b.use_var(l.sacc[ri]);
                 let mut total = b.ins().fadd(s, t);
-                if let Some(&c) = self.norm64.squares.get(&r) {
-                    total = self.norm_squares_f64(b, total, c, point, &l.splats, i0, i1);
+                if let Some(c) = self.square_of_widened(x) {
+                    total = self.squares_in_f64(b, total, c, point, &l.splats, inner);
                 }
                 self.row64.insert(r, total);
                 let total = b.ins().fdemote(types::F32, total);
@@ -1221,4 +1296,114 @@ struct LoopLocals {
     splats: HashMap<ValueId, Value>,
     vacc: Vec<Vec<Variable>>,
     sacc: Vec<Variable>,
+}
+
+/// The f64 binary ops of the loop form (scalars or F64X2 vectors).
+fn f64_binary(b: &mut FunctionBuilder, op: BinaryOp, x: Value, y: Value) -> Value {
+    match op {
+        BinaryOp::Add => b.ins().fadd(x, y),
+        BinaryOp::Sub => b.ins().fsub(x, y),
+        BinaryOp::Mul => b.ins().fmul(x, y),
+        BinaryOp::Div => b.ins().fdiv(x, y),
+        // NaN-propagating, as the f32 forms
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            let nan = b.ins().fcmp(FloatCC::Unordered, x, y);
+            let m = if op == BinaryOp::Maximum {
+                b.ins().fmax(x, y)
+            } else {
+                b.ins().fmin(x, y)
+            };
+            let q = b.ins().fadd(x, y);
+            b.ins().select(nan, q, m)
+        }
+        other => unreachable!(
+            "{} has no f64 form in the loop form (f64_supported)",
+            other.name()
+        ),
+    }
+}
+
+/// The f64 unary ops of the loop form (scalars).
+fn f64_unary(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Value {
+    match op {
+        UnaryOp::Neg => b.ins().fneg(x),
+        UnaryOp::Abs => b.ins().fabs(x),
+        UnaryOp::Sqrt => b.ins().sqrt(x),
+        UnaryOp::Rsqrt => {
+            let s = b.ins().sqrt(x);
+            let one = b.ins().f64const(1.0);
+            b.ins().fdiv(one, s)
+        }
+        UnaryOp::Recip => {
+            let one = b.ins().f64const(1.0);
+            b.ins().fdiv(one, x)
+        }
+        other => unreachable!(
+            "{} has no f64 form in the loop form (f64_supported)",
+            other.name()
+        ),
+    }
+}
+
+/// Whether the cpu emitter handles the nest's f64 values: f64 row values (any of the loop
+/// form's f64 ops, as scalars), and f64 point values only as widened f32 values and their
+/// `+ - × ÷` (of literals or other f64 point values), used only by f64 point values and
+/// sums (they are computed where the sum folds them). Anything else runs on the eager
+/// kernels.
+pub(crate) fn f64_supported(nest: &LoopNest) -> Result<(), String> {
+    let body = &nest.body;
+    let f64_point = |v: ValueId| body[v].ty == ScalarType::F64 && !body[v].row;
+    for (v, s) in body.iter().enumerate() {
+        for x in crate::loops::operands(&s.expr) {
+            if !f64_point(x) {
+                continue;
+            }
+            let ok = match s.expr {
+                Expr::Reduce(ReduceOp::Sum, _) => true,
+                Expr::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div, ..) => {
+                    f64_point(v)
+                }
+                _ => false,
+            };
+            if !ok {
+                return Err(format!("the f64 value v{x} is used by v{v} ({:?})", s.expr));
+            }
+        }
+        if f64_point(v) {
+            let ok = match s.expr {
+                Expr::Widen(x) => body[x].ty == ScalarType::F32,
+                Expr::Const(_) => true,
+                Expr::Binary(
+                    BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div,
+                    x,
+                    y,
+                ) => [x, y]
+                    .iter()
+                    .all(|&o| f64_point(o) || matches!(body[o].expr, Expr::Const(_))),
+                _ => false,
+            };
+            if !ok {
+                return Err(format!(
+                    "the f64 point value v{v} ({:?}) has no vector form",
+                    s.expr
+                ));
+            }
+        }
+        if s.row && s.ty == ScalarType::F32 {
+            if let Expr::Narrow(x) = s.expr {
+                if !body[x].row {
+                    return Err(format!("v{v} narrows a point value"));
+                }
+            }
+        }
+        if !s.row && matches!(s.expr, Expr::Narrow(_)) {
+            return Err(format!("v{v} narrows a point value"));
+        }
+    }
+    for st in &nest.stores {
+        if body[st.value].ty == ScalarType::F64 {
+            return Err("an f64 value is stored".into());
+        }
+    }
+    Ok(())
 }

@@ -155,7 +155,14 @@ impl MatmulKernel {
         let epilogue = match split.epilogue {
             None => None,
             Some(e) => Some(Epilogue {
-                nest: NestKernel::new(lower_kernel(&e.graph)?, opts),
+                nest: {
+                    let nest = lower_kernel(&e.graph)?;
+                    super::emit::f64_supported(&nest).map_err(|reason| Unsupported {
+                        kernel: e.graph.name().to_string(),
+                        reason,
+                    })?;
+                    NestKernel::new(nest, opts)
+                },
                 inputs: e.inputs,
                 by_rows: e.by_rows,
             }),

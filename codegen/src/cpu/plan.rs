@@ -89,7 +89,16 @@ pub fn kernel_for(body: &Graph, kind: GroupKind, opts: &CodegenOptions) -> CpuKe
             }),
         };
     }
-    match lower_kernel(body) {
+    // a nest whose f64 values the emitter has no vector form for runs eagerly
+    let nest = lower_kernel(body).and_then(|n| {
+        super::emit::f64_supported(&n)
+            .map(|()| n)
+            .map_err(|reason| crate::loops::Unsupported {
+                kernel: body.name().to_string(),
+                reason,
+            })
+    });
+    match nest {
         Ok(nest) => CpuKernel::Nest(NestKernel::new(nest, opts)),
         Err(e) => CpuKernel::Eager(EagerKernel {
             body: body.clone(),

@@ -185,6 +185,7 @@ impl Gen<'_> {
         match self.nest.body[v].ty {
             ScalarType::F32 => "float",
             ScalarType::Bool => "bool",
+            ScalarType::F64 => "double",
         }
     }
 
@@ -199,6 +200,7 @@ impl Gen<'_> {
             Some(l) => format!("v{i}_{l}"),
             None => format!("v{i}"),
         };
+        let f64v = self.nest.body[v].ty == ScalarType::F64;
         match &self.nest.body[v].expr {
             Expr::Load(b) => {
                 let off = self.offset(*b);
@@ -211,10 +213,16 @@ impl Gen<'_> {
                     _ => format!("((const float*)a.ptr[{b}])[{off}]"),
                 }
             }
+            Expr::Const(c) if f64v => double_lit(*c),
             Expr::Const(c) => float_lit(*c),
+            Expr::InnerLen if f64v => format!("(double)a.size[{}]", self.nd - 1),
             Expr::InnerLen => format!("(float)a.size[{}]", self.nd - 1),
+            Expr::Unary(u, a) if f64v => unary_f64(*u, &x(a)),
             Expr::Unary(u, a) => unary(*u, &x(a)),
+            Expr::Binary(op, p, q) if f64v => binary_f64(*op, &x(p), &x(q)),
             Expr::Binary(op, p, q) => binary(*op, &x(p), &x(q)),
+            Expr::Widen(a) => format!("((double){})", x(a)),
+            Expr::Narrow(a) => format!("((float){})", x(a)),
             Expr::Where(c, p, q) => format!("({} ? {} : {})", x(c), x(p), x(q)),
             Expr::BoolToF32(c) => format!("({} ? 1.0f : 0.0f)", x(c)),
             Expr::Reduce(..) => unreachable!("reductions are combined across the block"),
@@ -416,14 +424,12 @@ impl Gen<'_> {
         }
         // row values read the inner dim at index 0 (their buffers do not vary along it)
         self.line(2, &format!("long long i{inner} = 0;"));
-        // the f64 totals of sums, for a mean's division
-        let mut sums: Vec<ValueId> = Vec::new();
         let phases = self.nest.phases.clone();
         for p in &phases {
             match p {
                 Phase::Row(vs) => {
                     for &v in vs {
-                        self.row_stmt(2, v, &sums);
+                        self.stmt(2, v);
                     }
                 }
                 Phase::RowStores(ss) => {
@@ -470,8 +476,9 @@ impl Gen<'_> {
                                     2,
                                     &format!("acc{r} = kiln_block_sum(acc{r}, kiln_red);"),
                                 );
-                                self.line(2, &format!("float v{r} = (float)acc{r};"));
-                                sums.push(r);
+                                // an f64 statistic stays double; an f32 sum rounds once
+                                let ty = self.var_ty(r);
+                                self.line(2, &format!("{ty} v{r} = ({ty})acc{r};"));
                             }
                             ReduceOp::Max => self.line(
                                 2,
@@ -490,30 +497,6 @@ impl Gen<'_> {
         self.line(2, "__syncthreads();");
         self.line(1, "}");
         self.line(0, "}");
-    }
-
-    /// A row statement: a mean (`sum / n` with a constant or the inner length) divides the
-    /// double total; everything else as a point statement.
-    fn row_stmt(&mut self, indent: usize, v: ValueId, sums: &[ValueId]) {
-        if let Expr::Binary(BinaryOp::Div, s, n) = self.nest.body[v].expr {
-            if sums.contains(&s) {
-                let d = match self.nest.body[n].expr {
-                    Expr::Const(c) => Some(format!("{:?}", c)),
-                    Expr::InnerLen => Some(format!("(double)a.size[{}]", self.nd - 1)),
-                    _ => None,
-                };
-                if let Some(d) = d {
-                    let d = if d.contains('.') || d.contains('(') || d.contains('e') {
-                        d
-                    } else {
-                        format!("{d}.0")
-                    };
-                    self.line(indent, &format!("float v{v} = (float)(acc{s} / {d});"));
-                    return;
-                }
-            }
-        }
-        self.stmt(indent, v);
     }
 }
 
@@ -560,6 +543,44 @@ fn unary(op: UnaryOp, x: &str) -> String {
         UnaryOp::Relu6 => format!("kiln_min(kiln_max({x}, 0.0f), 6.0f)"),
         UnaryOp::Hardswish => format!("({x} * kiln_min(kiln_max({x} + 3.0f, 0.0f), 6.0f) / 6.0f)"),
         UnaryOp::Mish => format!("({x} * tanhf({x} > 20.0f ? {x} : log1pf(expf({x}))))"),
+    }
+}
+
+/// The f64 unary ops of the loop form (statistics).
+fn unary_f64(op: UnaryOp, x: &str) -> String {
+    match op {
+        UnaryOp::Neg => format!("(-{x})"),
+        UnaryOp::Abs => format!("fabs({x})"),
+        UnaryOp::Sqrt => format!("sqrt({x})"),
+        UnaryOp::Rsqrt => format!("(1.0 / sqrt({x}))"),
+        UnaryOp::Recip => format!("(1.0 / {x})"),
+        // the lowering gives no other f64 unary op
+        other => format!("/* no f64 form */ {}", unary(other, x)),
+    }
+}
+
+/// The f64 binary ops of the loop form (statistics).
+fn binary_f64(op: BinaryOp, x: &str, y: &str) -> String {
+    match op {
+        BinaryOp::Maximum => format!("kiln_max_d({x}, {y})"),
+        BinaryOp::Minimum => format!("kiln_min_d({x}, {y})"),
+        other => binary(other, x, y),
+    }
+}
+
+/// An f64 literal: the shortest decimal that reads back as the same double.
+fn double_lit(c: f64) -> String {
+    if c.is_nan() {
+        "((double)NAN)".to_string()
+    } else if c.is_infinite() {
+        if c > 0.0 {
+            "((double)INFINITY)"
+        } else {
+            "(-(double)INFINITY)"
+        }
+        .to_string()
+    } else {
+        format!("{c:?}")
     }
 }
 
@@ -646,6 +667,12 @@ __device__ __forceinline__ float kiln_max(float x, float y) {
 }
 __device__ __forceinline__ float kiln_min(float x, float y) {
     return (isnan(x) || isnan(y)) ? NAN : (x < y ? x : y);
+}
+__device__ __forceinline__ double kiln_max_d(double x, double y) {
+    return (isnan(x) || isnan(y)) ? x + y : (x > y ? x : y);
+}
+__device__ __forceinline__ double kiln_min_d(double x, double y) {
+    return (isnan(x) || isnan(y)) ? x + y : (x < y ? x : y);
 }
 __device__ __forceinline__ bool kiln_isnan(float x) { return isnan(x); }
 __device__ __forceinline__ bool kiln_isnan(bool x) { return false; }

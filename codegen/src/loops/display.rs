@@ -28,6 +28,8 @@ fn expr_text(nest: &LoopNest, e: &Expr) -> String {
         Expr::Binary(op, x, y) => format!("{} {}, {}", op.name(), v(x), v(y)),
         Expr::Where(c, x, y) => format!("where {}, {}, {}", v(c), v(x), v(y)),
         Expr::BoolToF32(x) => format!("to_f32 {}", v(x)),
+        Expr::Widen(x) => format!("widen {}", v(x)),
+        Expr::Narrow(x) => format!("narrow {}", v(x)),
         Expr::Reduce(op, x) => format!("{} {} over inner", op.name(), v(x)),
     }
 }
@@ -36,6 +38,7 @@ fn stmt_line(nest: &LoopNest, v: usize, s: &Stmt) -> String {
     let ty = match s.ty {
         ScalarType::F32 => "f32",
         ScalarType::Bool => "bool",
+        ScalarType::F64 => "f64",
     };
     format!("v{v} = {} : {ty}", expr_text(nest, &s.expr))
 }

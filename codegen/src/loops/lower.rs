@@ -11,7 +11,7 @@
 use super::phases::{plan_phases, reuse_expensive};
 use super::row_divisors::reciprocal_row_divisors;
 use super::{Buffer, Expr, LoopNest, Role, ScalarType, Stmt, Store, ValueId};
-use kiln_ir::{Arg, BinaryOp, DType, DTypeRule, Dim, Graph, NodeId, Op, ReduceOp};
+use kiln_ir::{Arg, BinaryOp, DType, DTypeRule, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 /// Why a kernel is not lowered to a loop nest (it then runs on the eager kernels).
@@ -157,15 +157,21 @@ impl<'g> Lowering<'g> {
         };
         for (id, node) in self.g.nodes() {
             let row = !varies(&id);
-            let ty = if node.ty.dtype == DType::Bool {
-                ScalarType::Bool
+            let ty = match node.ty.dtype {
+                DType::Bool => ScalarType::Bool,
+                DType::F64 => ScalarType::F64,
+                _ => ScalarType::F32,
+            };
+            // literals take the compute type of the op (f64 arithmetic on statistics)
+            let lit_ty = if ty == ScalarType::F64 {
+                ScalarType::F64
             } else {
                 ScalarType::F32
             };
             let operand = |body: &mut Vec<Stmt>, a: &Arg| -> ValueId {
                 match a {
                     Arg::Value(v) => value_of[v],
-                    Arg::Scalar(s) => push(body, Expr::Const(s.to_f64()), ScalarType::F32, true),
+                    Arg::Scalar(s) => push(body, Expr::Const(s.to_f64()), lit_ty, true),
                 }
             };
             let expr = match &node.op {
@@ -196,6 +202,10 @@ impl<'g> Lowering<'g> {
                     let x = operand(&mut body, &node.args[0]);
                     if body[x].ty == ScalarType::Bool {
                         Expr::BoolToF32(x)
+                    } else if ty == ScalarType::F64 && body[x].ty == ScalarType::F32 {
+                        Expr::Widen(x)
+                    } else if ty == ScalarType::F32 && body[x].ty == ScalarType::F64 {
+                        Expr::Narrow(x)
                     } else {
                         // f32 to f32, or to a half type only stored (its store rounds);
                         // other casts are rejected by check_types
@@ -210,6 +220,7 @@ impl<'g> Lowering<'g> {
                         continue;
                     }
                     match op {
+                        // the total, then the division, in the mean's type
                         ReduceOp::Mean => {
                             let s = push(&mut body, Expr::Reduce(ReduceOp::Sum, x), ty, true);
                             let n = match dims.last() {
@@ -284,7 +295,28 @@ impl<'g> Lowering<'g> {
                 _ => None,
             };
             let comparison = matches!(&n.op, Op::Binary(b) if b.is_comparison());
+            // f64 values: statistics (`sum {dtype = f64}`, `mean`), the arithmetic on them
+            // and casts to and from f32; never in buffers
+            let f64_ops = matches!(
+                &n.op,
+                Op::Unary(
+                    UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip
+                ) | Op::Binary(
+                    BinaryOp::Add
+                        | BinaryOp::Sub
+                        | BinaryOp::Mul
+                        | BinaryOp::Div
+                        | BinaryOp::Maximum
+                        | BinaryOp::Minimum
+                ) | Op::Full { .. }
+                    | Op::Reduce {
+                        op: ReduceOp::Sum | ReduceOp::Mean,
+                        ..
+                    }
+                    | Op::Cast { .. }
+            );
             let ok = match &n.op {
+                _ if dt == DType::F64 => f64_ops,
                 Op::Input => float(dt) || dt == DType::Bool,
                 Op::Full { .. } | Op::Reduce { .. } => float(dt),
                 Op::Unary(_) | Op::Binary(_) => match rule {
@@ -312,7 +344,13 @@ impl<'g> Lowering<'g> {
                     let t = self.g.node(*v).ty.dtype;
                     match (&n.op, i) {
                         (Op::Where, 0) => t == DType::Bool,
-                        (Op::Cast { .. }, _) => float(t) || t == DType::Bool,
+                        // f32 <-> f64 and bool -> f32
+                        (Op::Cast { .. }, _) => {
+                            float(t) || t == DType::Bool || (t == DType::F64 && dt != DType::Bool)
+                        }
+                        // a sum or mean converting f32 values to f64
+                        (Op::Reduce { .. }, _) if dt == DType::F64 => float(t) || t == DType::F64,
+                        _ if dt == DType::F64 => t == DType::F64,
                         _ if rule == Some(DTypeRule::Integral) => t == DType::Bool,
                         _ if rule == Some(DTypeRule::Bool) && !comparison => {
                             float(t) || t == DType::Bool

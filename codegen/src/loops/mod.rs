@@ -60,6 +60,9 @@ pub enum ScalarType {
     F32,
     /// a comparison result (a mask in vector code)
     Bool,
+    /// a 64-bit float: statistics the IR asks to keep in f64 (`sum {dtype = f64}`, the
+    /// arithmetic on them, exact products of promoted f32 values feeding a sum)
+    F64,
 }
 
 /// One body instruction.
@@ -79,6 +82,10 @@ pub enum Expr {
     Where(ValueId, ValueId, ValueId),
     /// a bool as 0.0 / 1.0
     BoolToF32(ValueId),
+    /// an f32 value as f64 (exact)
+    Widen(ValueId),
+    /// an f64 value rounded to f32
+    Narrow(ValueId),
     /// the fold of a point value over the inner loop (sum, max or min); a row value
     Reduce(ReduceOp, ValueId),
 }

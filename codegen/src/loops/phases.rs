@@ -7,7 +7,11 @@ use super::{Expr, Phase, ScalarType, Stmt, Store, ValueId};
 pub(crate) fn operands(e: &Expr) -> Vec<ValueId> {
     match e {
         Expr::Load(_) | Expr::Const(_) | Expr::InnerLen => vec![],
-        Expr::Unary(_, x) | Expr::BoolToF32(x) | Expr::Reduce(_, x) => vec![*x],
+        Expr::Unary(_, x)
+        | Expr::BoolToF32(x)
+        | Expr::Widen(x)
+        | Expr::Narrow(x)
+        | Expr::Reduce(_, x) => vec![*x],
         Expr::Binary(_, x, y) => vec![*x, *y],
         Expr::Where(c, x, y) => vec![*c, *x, *y],
     }
@@ -114,9 +118,6 @@ pub(crate) fn plan_phases(body: &[Stmt], stores: &[Store]) -> Vec<Phase> {
             stores: point_stores,
         });
     }
-    debug_assert!(body
-        .iter()
-        .all(|s| s.ty == ScalarType::F32 || s.ty == ScalarType::Bool));
     phases
 }
 
@@ -206,6 +207,8 @@ pub(crate) fn reuse_expensive(nest: &mut super::LoopNest) {
                 if y == e { reload } else { y },
             ),
             Expr::BoolToF32(_) => Expr::BoolToF32(reload),
+            Expr::Widen(_) => Expr::Widen(reload),
+            Expr::Narrow(_) => Expr::Narrow(reload),
             other => other,
         };
         nest.body[u].expr = expr;

@@ -468,7 +468,23 @@ fn compute(op: &Op, args: &[Operand<'_>], out: &Out) -> Result<Value, Fail> {
         Op::Cast { .. } => Ok(out.finish(tensor(args, 0)?.data.clone())),
         Op::Contiguous => Ok(tensor(args, 0)?.clone()),
         Op::Inplace(i) => pointwise::inplace(*i, args, out),
-        Op::Reduce { op: r, dims, .. } => Ok(reduce::reduce(*r, tensor(args, 0)?, dims, out)),
+        Op::Reduce {
+            op: r, dims, dtype, ..
+        } => {
+            let x = tensor(args, 0)?;
+            match dtype {
+                // torch's `dtype=`: the operand converted first
+                Some(d) => {
+                    let conv = Value {
+                        dtype: *d,
+                        shape: x.shape.clone(),
+                        data: x.data.iter().map(|v| d.round_f64(*v)).collect(),
+                    };
+                    Ok(reduce::reduce(*r, &conv, dims, out))
+                }
+                None => Ok(reduce::reduce(*r, x, dims, out)),
+            }
+        }
         Op::Argmax { dim, .. } => Ok(reduce::argmax(tensor(args, 0)?, *dim, out)),
         Op::Var {
             dims, correction, ..

@@ -237,6 +237,10 @@ define_ops! {
             dims: Vec<i64> = vec![],
             /// keep reduced dims as size 1
             keepdim: bool = false,
+            /// the dtype the operand is converted to and reduced in, and the result's
+            /// (torch's `dtype=` of `sum` and `mean`; absent: the operand's, integers
+            /// summing to i64): `sum {dtype = f64}` of f32 values accumulates in f64
+            dtype: Option<DType> = None,
         },
     }
     ops {

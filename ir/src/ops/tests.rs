@@ -19,6 +19,7 @@ fn every_op_round_trips_through_name_and_attrs() {
             op: ReduceOp::Max,
             dims: vec![-1, 0],
             keepdim: true,
+            dtype: None,
         },
         Op::Full {
             shape: [Dim::sym("B"), Dim::Const(3)].into_iter().collect(),
@@ -87,7 +88,8 @@ fn absent_attributes_take_torch_defaults() {
         Op::Reduce {
             op: ReduceOp::Sum,
             dims: vec![],
-            keepdim: false
+            keepdim: false,
+            dtype: None,
         }
     );
     // layer_norm normalises over the weight's dims
@@ -163,14 +165,16 @@ fn both_torch_spellings_parse() {
         Op::Reduce {
             op: ReduceOp::Max,
             dims: vec![],
-            keepdim: false
+            keepdim: false,
+            dtype: None,
         }
     );
     assert_eq!(
         Op::Reduce {
             op: ReduceOp::Max,
             dims: vec![],
-            keepdim: false
+            keepdim: false,
+            dtype: None,
         }
         .name(),
         "amax"

@@ -270,7 +270,15 @@ impl Cx<'_> {
             5 => {
                 let op = ReduceOp::ALL[self.c.next(4)];
                 let (dims, keepdim) = (self.dims(r), self.c.flag());
-                (Op::Reduce { op, dims, keepdim }, vec![v(x)])
+                (
+                    Op::Reduce {
+                        op,
+                        dims,
+                        keepdim,
+                        dtype: None,
+                    },
+                    vec![v(x)],
+                )
             }
             6 => {
                 let (dim, keepdim) = (self.dim(r), self.c.flag());
