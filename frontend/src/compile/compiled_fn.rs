@@ -15,6 +15,7 @@ use super::explain::ExplainReport;
 use super::guards::{GuardFailure, Guards, TensorGuard};
 use super::lazy;
 use super::logs;
+use super::stats::CompileStats;
 use super::tracer::{GraphBreak, SegmentRunner, TraceEnd, Tracer};
 use super::{CompileOptions, Dynamic};
 use crate::error::{Error, Result};
@@ -27,27 +28,6 @@ use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Counters of a compiled function, for tests and reports.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CompileStats {
-    /// calls made
-    pub calls: u64,
-    /// calls answered by an entry's compiled graph without tracing
-    pub cache_hits: u64,
-    /// times the function ran under the tracer
-    pub traces: u64,
-    /// graphs handed to the backend's compiler (whole entries and break segments)
-    pub compiles: u64,
-    /// cache entries now held
-    pub entries: usize,
-    /// entries made because the guards of every existing entry failed
-    pub recompiles: u64,
-    /// graph breaks seen over all traces
-    pub graph_breaks: u64,
-    /// why the function runs eagerly, once the cache limit was hit
-    pub eager_fallback: Option<String>,
-}
 
 /// The compiled form an entry holds.
 enum EntryKind {

@@ -1,7 +1,7 @@
 //! [`ExplainReport`]: what compiling a function captured, like `torch._dynamo.explain`.
 
-use super::compiled_fn::CompileStats;
 use super::guards::Guards;
+use super::stats::CompileStats;
 use super::tracer::GraphBreak;
 use kiln_ir::{Graph, Op};
 use std::fmt;

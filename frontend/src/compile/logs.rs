@@ -5,7 +5,6 @@
 //! program has no `tracing` subscriber, kiln installs one that writes to stderr.
 
 use super::guards::{GuardFailure, Guards};
-use super::tracer::GraphBreak;
 use kiln_ir::Graph;
 use std::sync::OnceLock;
 
@@ -113,7 +112,7 @@ pub(crate) fn log_recompile(function: &str, failure: &GuardFailure, dynamic: &st
     }
 }
 
-pub(crate) fn log_break(function: &str, b: &GraphBreak) {
+pub(crate) fn log_break(function: &str, b: &dyn std::fmt::Display) {
     if enabled(LogCategory::Breaks) {
         tracing::info!(target: "kiln::breaks", "@{function} graph break: {b}");
     }

@@ -27,14 +27,16 @@ mod explain;
 mod guards;
 pub(crate) mod lazy;
 mod logs;
+mod stats;
 mod tracer;
 
 pub use args::{TensorArgs, TensorOutputs};
 pub use backend::Backend;
-pub use compiled_fn::{CompileStats, CompiledFn};
+pub use compiled_fn::CompiledFn;
 pub use explain::ExplainReport;
 pub use guards::{GuardFailure, Guards, TensorGuard};
 pub use logs::{enabled as log_enabled, parse_log_spec, LogCategory};
+pub use stats::CompileStats;
 pub use tracer::GraphBreak;
 
 use crate::error::Result;
