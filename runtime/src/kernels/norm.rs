@@ -7,6 +7,7 @@ use crate::element::{with_float, CFloat, FloatKern};
 use crate::iter::{for_chunks, GRAIN_CHEAP};
 use crate::storage::Storage;
 use crate::tensor::CpuTensor;
+use num_traits::Float as _;
 use std::mem::MaybeUninit;
 
 /// Splits the output of [outer, slab] into chunks of whole slabs and calls `f(slab_index,

@@ -8,6 +8,7 @@ use crate::iter::{map1, map2, map3, GRAIN_CHEAP, GRAIN_COSTLY};
 use crate::tensor::CpuTensor;
 use crate::EagerArg;
 use kiln_ir::{BinaryOp, CostClass, DType, DTypeRule, Op, Reference, Scalar, UnaryOp};
+use num_traits::Float as _;
 
 /// The parallel grain of an op: elements per chunk, from its cost class in the op table
 /// (cheap ops need larger chunks to pay for a thread).
@@ -172,7 +173,7 @@ fn float_unary<T: FloatKern>(op: UnaryOp, x: &CpuTensor) -> CpuTensor {
         Recip => go!(g, |v| one / v),
         Sin => go!(g, |v| v.sin()),
         Cos => go!(g, |v| v.cos()),
-        Tanh => go!(g, |v| v.tanh()),
+        Tanh => go!(g, |v| v.fast_tanh()),
         Erf => go!(g, |v| v.erf()),
         Sigmoid => go!(g, |v| one / (one + (-v).exp())),
         Relu => go!(g, |v| if v > zero || v.is_nan() { v } else { zero }),
