@@ -82,6 +82,8 @@ impl Tensor {
         tan => Tan,
         /// arctangent
         atan => Atan,
+        /// hyperbolic sine
+        sinh => Sinh,
         /// NaN test (bool)
         isnan => Isnan,
         /// `±inf` test (bool)

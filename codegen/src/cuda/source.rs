@@ -536,6 +536,7 @@ fn unary(op: UnaryOp, x: &str) -> String {
         UnaryOp::Exp2 => format!("exp2f({x})"),
         UnaryOp::Tan => format!("tanf({x})"),
         UnaryOp::Atan => format!("atanf({x})"),
+        UnaryOp::Sinh => format!("sinhf({x})"),
         // a bool operand is never NaN nor infinite; `!` is the truth test of either type
         UnaryOp::Isnan => format!("kiln_isnan({x})"),
         UnaryOp::Isinf => format!("kiln_isinf({x})"),

@@ -81,6 +81,8 @@ define_family! {
         Tan => OpInfo { name: "tan", aliases: &[], kind: Pointwise, arity: ONE, dtype: DTypeRule::Float, composite: false, smooth: true, cost: Transcendental, range: Range::Unary(r::any1), domain: &[Real], reference: Ref::Unary(f64::tan), commutative: false },
         /// arctangent
         Atan => OpInfo { name: "atan", aliases: &["arctan"], kind: Pointwise, arity: ONE, dtype: DTypeRule::Float, composite: false, smooth: true, cost: Transcendental, range: Range::Unary(r::atan), domain: &[Real], reference: Ref::Unary(f64::atan), commutative: false },
+        /// hyperbolic sine
+        Sinh => OpInfo { name: "sinh", aliases: &[], kind: Pointwise, arity: ONE, dtype: DTypeRule::Float, composite: false, smooth: true, cost: Transcendental, range: Range::Unary(|x| x.monotone(f64::sinh)), domain: &[Real], reference: Ref::Unary(f64::sinh), commutative: false },
         /// `x` is NaN (bool)
         Isnan => OpInfo { name: "isnan", aliases: &[], kind: Pointwise, arity: ONE, dtype: DTypeRule::Bool, composite: false, smooth: false, cost: Trivial, range: Range::NotFloat, domain: &[Real], reference: Ref::Unary(|x| x.is_nan() as u8 as f64), commutative: false },
         /// `x` is `±inf` (bool)

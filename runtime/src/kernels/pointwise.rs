@@ -197,6 +197,7 @@ fn float_unary<T: FloatKern>(op: UnaryOp, x: &CpuTensor) -> CpuTensor {
         Exp2 => go!(g, |v| v.exp2()),
         Tan => go!(g, |v| v.tan()),
         Atan => go!(g, |v| v.atan()),
+        Sinh => go!(g, |v| v.sinh()),
         Relu6 | Hardswish | Mish => reference(g),
         // a bool result or integer operands only: `unary` dispatches them elsewhere
         Isnan | Isinf | LogicalNot | BitwiseNot => {
@@ -220,8 +221,10 @@ fn int_unary<T: IntKern>(op: UnaryOp, x: &CpuTensor) -> CpuTensor {
         BitwiseNot => map1::<T, T>(x, g, |a: T| a.bnot()),
         // Every other unary op has a float or bool result, so it never gets here.
         Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Erf | Sigmoid | Gelu | GeluTanh
-        | Silu | Log1p | Expm1 | Log2 | Exp2 | Tan | Atan | Hardswish | Mish | Isnan | Isinf
-        | LogicalNot => unreachable!("{} on an integer tensor reaches float_unary", op.name()),
+        | Silu | Log1p | Expm1 | Log2 | Exp2 | Tan | Atan | Sinh | Hardswish | Mish | Isnan
+        | Isinf | LogicalNot => {
+            unreachable!("{} on an integer tensor reaches float_unary", op.name())
+        }
     }
 }
 
