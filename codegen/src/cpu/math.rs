@@ -377,25 +377,55 @@ impl Math {
         x: Value,
         x_bool: bool,
     ) -> Value {
-        if x_bool {
-            return match op {
-                UnaryOp::LogicalNot | UnaryOp::BitwiseNot => not_mask(b, x),
-                // a bool is never NaN nor infinite
-                _ => {
-                    let f = not_mask(b, x);
-                    b.ins().band(x, f)
-                }
-            };
-        }
-        let mut e = self.em(b, x);
         match op {
-            UnaryOp::Isnan => e.cmp(FloatCC::Unordered, x, x),
+            UnaryOp::LogicalNot | UnaryOp::BitwiseNot if x_bool => not_mask(b, x),
+            // a bool is never NaN nor infinite
+            UnaryOp::Isnan | UnaryOp::Isinf if x_bool => {
+                let f = not_mask(b, x);
+                b.ins().band(x, f)
+            }
+            UnaryOp::Isnan => self.em(b, x).cmp(FloatCC::Unordered, x, x),
             UnaryOp::Isinf => {
+                let mut e = self.em(b, x);
                 let a = e.abs(x);
                 e.cmpc(FloatCC::Equal, a, f32::INFINITY)
             }
-            UnaryOp::LogicalNot => e.cmpc(FloatCC::Equal, x, 0.0),
-            other => unreachable!("{} on a float value has no bool result", other.name()),
+            UnaryOp::LogicalNot => self.em(b, x).cmpc(FloatCC::Equal, x, 0.0),
+            // `bitwise_not` of a float is a type error; the others have float results
+            UnaryOp::BitwiseNot
+            | UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Recip
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Tanh
+            | UnaryOp::Erf
+            | UnaryOp::Sigmoid
+            | UnaryOp::Relu
+            | UnaryOp::Gelu
+            | UnaryOp::GeluTanh
+            | UnaryOp::Silu
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Trunc
+            | UnaryOp::Sign
+            | UnaryOp::Log1p
+            | UnaryOp::Expm1
+            | UnaryOp::Log2
+            | UnaryOp::Exp2
+            | UnaryOp::Tan
+            | UnaryOp::Atan
+            | UnaryOp::Sinh
+            | UnaryOp::Relu6
+            | UnaryOp::Hardswish
+            | UnaryOp::Mish => {
+                unreachable!("{} on a float value has no bool result", op.name())
+            }
         }
     }
 
@@ -420,7 +450,22 @@ impl Math {
             BinaryOp::LogicalAnd | BinaryOp::BitwiseAnd => b.ins().band(x, y),
             BinaryOp::LogicalOr | BinaryOp::BitwiseOr => b.ins().bor(x, y),
             BinaryOp::LogicalXor | BinaryOp::BitwiseXor => b.ins().bxor(x, y),
-            other => unreachable!("{} is not a logical op", other.name()),
+            BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Div
+            | BinaryOp::Pow
+            | BinaryOp::Maximum
+            | BinaryOp::Minimum
+            | BinaryOp::Eq
+            | BinaryOp::Ne
+            | BinaryOp::Lt
+            | BinaryOp::Le
+            | BinaryOp::Gt
+            | BinaryOp::Ge
+            | BinaryOp::Remainder
+            | BinaryOp::Fmod
+            | BinaryOp::Atan2 => unreachable!("{} is not a logical op", op.name()),
         }
     }
 

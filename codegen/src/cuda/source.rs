@@ -555,8 +555,38 @@ fn unary_f64(op: UnaryOp, x: &str) -> String {
         UnaryOp::Sqrt => format!("sqrt({x})"),
         UnaryOp::Rsqrt => format!("(1.0 / sqrt({x}))"),
         UnaryOp::Recip => format!("(1.0 / {x})"),
-        // the lowering gives no other f64 unary op
-        other => format!("/* no f64 form */ {}", unary(other, x)),
+        // the lowering keeps no other unary op in f64 (`loops::lower`'s f64 ops); were one
+        // to reach here, its f32 routine runs on the double value
+        UnaryOp::Exp
+        | UnaryOp::Log
+        | UnaryOp::Sin
+        | UnaryOp::Cos
+        | UnaryOp::Tanh
+        | UnaryOp::Erf
+        | UnaryOp::Sigmoid
+        | UnaryOp::Relu
+        | UnaryOp::Gelu
+        | UnaryOp::GeluTanh
+        | UnaryOp::Silu
+        | UnaryOp::Floor
+        | UnaryOp::Ceil
+        | UnaryOp::Round
+        | UnaryOp::Trunc
+        | UnaryOp::Sign
+        | UnaryOp::Log1p
+        | UnaryOp::Expm1
+        | UnaryOp::Log2
+        | UnaryOp::Exp2
+        | UnaryOp::Tan
+        | UnaryOp::Atan
+        | UnaryOp::Sinh
+        | UnaryOp::Isnan
+        | UnaryOp::Isinf
+        | UnaryOp::LogicalNot
+        | UnaryOp::BitwiseNot
+        | UnaryOp::Relu6
+        | UnaryOp::Hardswish
+        | UnaryOp::Mish => format!("/* no f64 form */ {}", unary(op, x)),
     }
 }
 
