@@ -283,3 +283,92 @@ fn compiled_fn_is_send_and_sync() {
     let cf = compile(|x: &Tensor| x.relu());
     check(&cf);
 }
+
+/// Collects the messages of `kiln::rules` events (what `KILN_LOGS=rules` prints).
+struct RulesLog(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for RulesLog {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        m.target() == "kiln::rules"
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut m = Message(String::new());
+        event.record(&mut m);
+        self.0.lock().unwrap().push(m.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Compiles and calls `f` on `x` with `opts`, returning the result and what the optimiser
+/// logged about rules.
+fn call_logging_rules(
+    f: impl Fn(&Tensor) -> Result<Tensor> + Send + Sync,
+    x: &Tensor,
+    opts: CompileOptions,
+) -> (Result<Tensor>, String) {
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let out = tracing::subscriber::with_default(RulesLog(lines.clone()), || {
+        compile_with(f, opts).call(x)
+    });
+    let log = lines.lock().unwrap().join("\n");
+    (out, log)
+}
+
+/// Value-changing rewrites run only when asked for: without `fast_math` a division by a
+/// literal divides, bit for bit as eager does, and no fast-math rule fires; with it the
+/// optimiser may multiply by the reciprocal (the rule fires; results within an ulp of
+/// eager). An unknown rule name is an error that names it.
+#[test]
+fn fast_math_is_an_explicit_option() {
+    let x = Tensor::randn(&[4096], DType::F32, 31).unwrap();
+    let f = |x: &Tensor| x / 3.0;
+    let eager = f(&x).unwrap().to_vec::<f32>().unwrap();
+    let (exact, log) = call_logging_rules(f, &x, CompileOptions::default());
+    assert!(!log.contains("div-literal"), "{log}");
+    let xs = x.to_vec::<f32>().unwrap();
+    for (i, (a, b)) in exact
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .zip(&eager)
+        .enumerate()
+    {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "x[{i}] = {:e}: compiled {a:e} vs eager {b:e}",
+            xs[i]
+        );
+    }
+    let (fast, log) = call_logging_rules(f, &x, CompileOptions::default().fast_math(true));
+    assert!(
+        log.contains("div-literal"),
+        "fast_math reached the optimiser: {log}"
+    );
+    for (a, b) in fast.unwrap().to_vec::<f32>().unwrap().iter().zip(&eager) {
+        let ulps = (a.to_bits() as i64 - b.to_bits() as i64).abs();
+        assert!(ulps <= 1, "fast_math: {a} vs eager {b}");
+    }
+    let err = compile_with(f, CompileOptions::default().disable_rule("no-such-rule"))
+        .call(&x)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no-such-rule"), "{err}");
+}

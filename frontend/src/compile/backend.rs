@@ -270,10 +270,12 @@ impl Executable for InterpPlan {
 
 /// Why a program could not be built for a generated-code backend: a compiler bug (an
 /// error, whatever the fallbacks), or something the backend does not support (the caller
-/// falls back: a fused program to one kernel per op, a cuda plan to the cpu backend).
+/// falls back: a fused program to one kernel per op, a cuda plan to the cpu backend), or
+/// options that make no sense (an error).
 enum BuildError {
     Bug(String),
     Unsupported(String),
+    Invalid(String),
 }
 
 impl BuildError {
@@ -296,7 +298,7 @@ impl BuildError {
     fn into_error(self, g: &Graph) -> Error {
         let reason = match self {
             BuildError::Bug(r) => format!("compiler bug: {r}"),
-            BuildError::Unsupported(r) => r,
+            BuildError::Unsupported(r) | BuildError::Invalid(r) => r,
         };
         Error::Compile {
             function: g.name().to_string(),
@@ -312,12 +314,17 @@ fn schedule_for(
     g: &Graph,
     fusion: bool,
     renders: kiln_passes::decompose::Renders,
+    options: &CompileOptions,
 ) -> std::result::Result<Schedule, BuildError> {
-    let mut opts = PassOptions::default();
-    opts.decompose.renders = renders;
+    let mut opts = PassOptions::rendering(renders);
+    opts.egraph.fast_math = options.fast_math;
+    opts.egraph.disabled_rules = options.disabled_rules.clone();
+    // a rule name that does not exist is the caller's mistake, whether or not fusion runs
+    kiln_passes::rules::select(options.fast_math, &options.disabled_rules)
+        .map_err(|e| BuildError::Invalid(e.to_string()))?;
     // one kernel per op stores every intermediate in its dtype: f32 means, variances and
-    // norms then decompose in f64, as eager computes them (fused kernels keep their sums in
-    // f64 registers)
+    // norms then decompose wholly in f64, as eager computes them (fused kernels keep the
+    // graph's f64 statistics in registers)
     let passes: &[&str] = if fusion {
         &["decompose", "fuse"]
     } else {
@@ -356,7 +363,7 @@ pub(crate) struct CpuExecutable {
 impl CpuExecutable {
     fn new(g: &Graph, opts: &CompileOptions) -> Result<CpuExecutable> {
         let plan = fused_or_unfused(g, opts.fusion, |fusion| {
-            let s = schedule_for(g, fusion, kiln_codegen::cpu::renders)?;
+            let s = schedule_for(g, fusion, kiln_codegen::cpu::renders, opts)?;
             CpuPlan::with_options(&s, &opts.codegen).map_err(BuildError::codegen)
         })
         .map_err(|e| e.into_error(g))?;
@@ -402,7 +409,7 @@ impl CudaExecutable {
             reason: format!("backend cuda: {e}"),
         })?;
         let built = fused_or_unfused(g, opts.fusion, |fusion| {
-            let s = schedule_for(g, fusion, kiln_codegen::cuda::renders)?;
+            let s = schedule_for(g, fusion, kiln_codegen::cuda::renders, opts)?;
             CudaPlan::new(&s).map_err(BuildError::codegen)
         });
         match built {

@@ -85,6 +85,13 @@ pub struct CompileOptions {
     pub fusion: bool,
     /// what compiled code optimises for
     pub mode: Mode,
+    /// allow the optimiser's value-changing rewrites (the fast-math rules of
+    /// `passes/RULES.md`, such as `x / c` → `x * (1/c)`); off (the default), compiled code
+    /// rounds as eager code does
+    pub fast_math: bool,
+    /// rewrite rules not to run, by name (`passes/RULES.md`); an unknown name is a compile
+    /// error
+    pub disabled_rules: Vec<String>,
     /// how the cpu backend generates code (defaults with the `KILN_*` overrides of the
     /// environment: `KILN_UNROLL`, `KILN_ROW_GROUP`, `KILN_NO_CHAIN_FITS`, `KILN_NO_CUTS`,
     /// `KILN_CLIF_OPT`, `KILN_ASM`, read here and nowhere below)
@@ -102,6 +109,8 @@ impl Default for CompileOptions {
             mark_dynamic: Vec::new(),
             fusion: true,
             mode: Mode::Default,
+            fast_math: false,
+            disabled_rules: Vec::new(),
             codegen: kiln_codegen::CodegenOptions::from_env(),
         }
     }
@@ -123,6 +132,18 @@ impl CompileOptions {
     /// Sets the mode (`ReduceOverhead`: CUDA graphs on the cuda backend).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Allows value-changing rewrites (see [`CompileOptions::fast_math`]).
+    pub fn fast_math(mut self, on: bool) -> Self {
+        self.fast_math = on;
+        self
+    }
+
+    /// Switches a rewrite rule off by name (see `passes/RULES.md`).
+    pub fn disable_rule(mut self, name: impl Into<String>) -> Self {
+        self.disabled_rules.push(name.into());
         self
     }
 
