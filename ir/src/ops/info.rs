@@ -213,4 +213,6 @@ pub struct OpInfo {
     pub reference: Reference,
     /// true when swapping its two operands gives the same result (`add`, `maximum`, ...)
     pub commutative: bool,
+    /// how gradients flow through it (`derivative.rs`)
+    pub derivative: super::derivative::Derivative,
 }

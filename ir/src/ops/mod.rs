@@ -15,10 +15,12 @@
 //! | `attr.rs` | attribute values, their codec, parse errors |
 //! | `constant.rs` | the pool holding literal tensors' data |
 //! | `define.rs` | the macros that generate code from the table |
+//! | `derivative.rs` | derivative rules (the `derivative` column), written with ops |
 
 mod attr;
 mod constant;
 pub(crate) mod define;
+pub mod derivative;
 mod info;
 pub mod range;
 pub mod reference;
@@ -26,6 +28,7 @@ mod table;
 
 pub use attr::{AttrCodec, AttrValue, OpParseError, Reader};
 pub use constant::Constant;
+pub use derivative::{gradients, Derivative, GArg, GVal, GradBuilder, GradCall, GradError};
 pub use info::{Arity, CostClass, DTypeRule, Domain, OpInfo, OpKind, RangeRule, Reference};
 pub use range::ValueRange;
 pub use table::{rows, BinaryOp, InplaceOp, Op, ReduceOp, UnaryOp};
