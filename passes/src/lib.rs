@@ -14,6 +14,7 @@ pub mod decompose;
 pub mod egraph;
 mod error;
 pub mod fused;
+pub mod grad;
 pub mod greedy;
 mod log;
 pub mod memory;

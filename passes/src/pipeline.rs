@@ -125,8 +125,17 @@ fn run_fuse(f: &Fused, o: &PassOptions) -> Result<Fused, PassError> {
     Ok(best)
 }
 
+fn run_grad(f: &Fused, _: &PassOptions) -> Result<Fused, PassError> {
+    crate::grad::grad(&f.graph).map(Fused::plain)
+}
+
 /// Every pass, in pipeline order.
 pub const PASSES: &[Pass] = &[
+    Pass {
+        name: "grad",
+        about: "the joint graph that also returns d(out0)/d(input) for every floating input",
+        run: run_grad,
+    },
     Pass {
         name: "decompose",
         about: "composite ops (softmax, layer_norm, gelu, linear, ...) to primitives",
@@ -198,6 +207,7 @@ pub fn stage_passes(stage: &str) -> Option<&'static [&'static str]> {
         "traced" => &[],
         "decomposed" => &["decompose"],
         "optimized" | "scheduled" => &["decompose", "fuse"],
+        "grad" => &["grad"],
         _ => return None,
     })
 }

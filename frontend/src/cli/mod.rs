@@ -25,6 +25,8 @@ pub enum Backend {
     Interp,
     /// the eager runtime, one kernel per node
     Eager,
+    /// generated CPU code (decomposed, fused, compiled with Cranelift)
+    Cpu,
 }
 
 #[derive(Subcommand, Debug)]
@@ -71,13 +73,38 @@ enum Command {
         #[arg(long = "dim", value_parser = parse_dim)]
         dims: Vec<(String, usize)>,
     },
+    /// Differentiate a graph whose first output is a scalar: run its joint forward and
+    /// backward graph (the `grad` pass) and print (or save) `out0`, ... and `grad_<input>` for
+    /// every floating input, named so that gradients compare with PyTorch's by name.
+    Grad {
+        /// the IR file
+        file: PathBuf,
+        /// which graph of the file (default: the first)
+        #[arg(long)]
+        graph: Option<String>,
+        /// seed of the random inputs
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// a safetensors file whose tensors are matched to inputs by name
+        #[arg(long)]
+        inputs: Option<PathBuf>,
+        /// write the outputs and gradients to this safetensors file
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// the executor
+        #[arg(long, value_enum, default_value_t = Backend::Interp)]
+        backend: Backend,
+        /// size of a symbolic dim for random inputs, e.g. `--dim B=4` (repeatable)
+        #[arg(long = "dim", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
+    },
     /// Show kiln working: eager tensors, a graph in the text format, interpreter vs eager.
     Demo,
     /// Run optimiser passes on a .kir file and print the result (like mlir-opt).
     Opt {
         /// the IR file
         file: PathBuf,
-        /// comma-separated passes: decompose, simplify, fuse
+        /// comma-separated passes: grad, decompose, simplify, fuse
         #[arg(long, value_delimiter = ',', required = true)]
         passes: Vec<String>,
     },
@@ -110,6 +137,8 @@ pub enum Stage {
     Optimized,
     /// kernel groups with iteration spaces, reads, writes and the memory plan
     Scheduled,
+    /// the joint forward and backward graph of the `grad` pass (first output a scalar)
+    Grad,
     /// the cpu backend's loop nest of each kernel group
     Loops,
     /// the Cranelift IR of each generated kernel
@@ -128,6 +157,7 @@ impl Stage {
             Stage::Decomposed => "decomposed",
             Stage::Optimized => "optimized",
             Stage::Scheduled => "scheduled",
+            Stage::Grad => "grad",
             Stage::Loops => "loops",
             Stage::Clif => "clif",
             Stage::Cuda => "cuda",
@@ -189,6 +219,23 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             backend,
             dims,
         } => run::run(&run::RunArgs {
+            file,
+            graph,
+            seed,
+            inputs,
+            output,
+            backend,
+            dims,
+        }),
+        Command::Grad {
+            file,
+            graph,
+            seed,
+            inputs,
+            output,
+            backend,
+            dims,
+        } => run::grad(&run::RunArgs {
             file,
             graph,
             seed,

@@ -1,5 +1,7 @@
-//! `kiln run FILE.kir`: run a graph on the interpreter or the eager runtime, print each
-//! output's type, first values and checksums, and optionally save them.
+//! `kiln run FILE.kir`: run a graph on the interpreter, the eager runtime or generated CPU
+//! code, print each output's type, first values and checksums, and optionally save them.
+//! `kiln grad FILE.kir`: the same for the graph's joint forward and backward graph (the
+//! `grad` pass), its gradients named `grad_<input>`.
 
 use super::inputs::make_inputs;
 use super::{read_module, Backend, CliError};
@@ -53,20 +55,25 @@ pub fn summary(name: &str, t: &Tensor) -> String {
     )
 }
 
-/// Runs the command.
-pub fn run(a: &RunArgs) -> Result<(), CliError> {
+/// The graph the options name (default: the file's first).
+fn pick_graph(a: &RunArgs) -> Result<kiln::Graph, CliError> {
     let graphs = read_module(&a.file)?;
     let g = match &a.graph {
         Some(name) => graphs
-            .iter()
+            .into_iter()
             .find(|g| g.name() == name)
             .ok_or_else(|| format!("{}: no graph named @{name}", a.file.display()))?,
         None => graphs
-            .first()
+            .into_iter()
+            .next()
             .ok_or_else(|| format!("{}: the file holds no graph", a.file.display()))?,
     };
-    let inputs = make_inputs(g, a.seed, a.inputs.as_deref(), &a.dims)?;
-    let outputs: Vec<Tensor> = match a.backend {
+    Ok(g)
+}
+
+/// Runs `g` on `inputs` (in graph input order) with `backend`.
+fn execute(g: &kiln::Graph, inputs: &[Tensor], backend: Backend) -> Result<Vec<Tensor>, CliError> {
+    Ok(match backend {
         Backend::Interp => {
             let values = inputs.iter().map(to_value).collect::<Result<Vec<_>, _>>()?;
             eval(g, &values)?
@@ -74,24 +81,69 @@ pub fn run(a: &RunArgs) -> Result<(), CliError> {
                 .map(from_value)
                 .collect::<Result<_, _>>()?
         }
-        Backend::Eager => kiln::graph_exec::run_graph(g, &inputs)?,
-    };
+        Backend::Eager => kiln::graph_exec::run_graph(g, inputs)?,
+        Backend::Cpu => {
+            use kiln_passes::pipeline::{run_passes, PassOptions};
+            let opts = PassOptions::rendering(kiln_codegen::cpu::renders);
+            let fused = run_passes(g, &["decompose", "fuse"], &opts, false)?;
+            let schedule = kiln_passes::schedule::schedule(&fused)?;
+            let codegen = kiln_codegen::CodegenOptions::from_env();
+            let plan = kiln_codegen::cpu::CpuPlan::with_options(&schedule, &codegen)?;
+            let cpu = inputs
+                .iter()
+                .map(|t| t.as_cpu())
+                .collect::<Result<Vec<_>, _>>()?;
+            plan.run(&cpu)?.into_iter().map(Tensor::from_cpu).collect()
+        }
+    })
+}
+
+/// Runs the command.
+pub fn run(a: &RunArgs) -> Result<(), CliError> {
+    let g = pick_graph(a)?;
+    let inputs = make_inputs(&g, a.seed, a.inputs.as_deref(), &a.dims)?;
+    let outputs = execute(&g, &inputs, a.backend)?;
     let named: Vec<(String, Tensor)> = outputs
         .into_iter()
         .enumerate()
         .map(|(i, t)| (format!("out{i}"), t))
         .collect();
+    report(&g, a, &named)
+}
+
+/// `kiln grad`: runs the joint graph, naming the forward outputs `out0`, ... and the
+/// gradients `grad_<input>` (floating inputs, in input order).
+pub fn grad(a: &RunArgs) -> Result<(), CliError> {
+    let g = pick_graph(a)?;
+    let joint = kiln_passes::grad::grad(&g)?;
+    let inputs = make_inputs(&g, a.seed, a.inputs.as_deref(), &a.dims)?;
+    let outputs = execute(&joint, &inputs, a.backend)?;
+    let names: Vec<String> = (0..g.outputs().len())
+        .map(|i| format!("out{i}"))
+        .chain(
+            g.inputs()
+                .iter()
+                .filter(|(_, id)| kiln::ir::ops::derivative::differentiable(g.node(*id).ty.dtype))
+                .map(|(n, _)| format!("grad_{n}")),
+        )
+        .collect();
+    let named: Vec<(String, Tensor)> = names.into_iter().zip(outputs).collect();
+    report(&g, a, &named)
+}
+
+/// Prints each named output and saves them when asked.
+fn report(g: &kiln::Graph, a: &RunArgs, named: &[(String, Tensor)]) -> Result<(), CliError> {
     println!(
         "graph @{} ({:?} backend, seed {})",
         g.name(),
         a.backend,
         a.seed
     );
-    for (n, t) in &named {
+    for (n, t) in named {
         println!("{}", summary(n, t));
     }
     if let Some(path) = &a.output {
-        kiln::io::save(path, &named)?;
+        kiln::io::save(path, named)?;
         println!("wrote {} outputs to {}", named.len(), path.display());
     }
     Ok(())
