@@ -64,6 +64,7 @@ fn wrap(dev: DeviceTensor, gpu: Arc<dyn GpuDevice>) -> Tensor {
             gpu,
             host: OnceLock::new(),
         })),
+        grad_meta: None,
     }
 }
 

@@ -69,6 +69,11 @@ pub enum Error {
         /// the device's error, naming the kernel
         reason: String,
     },
+    /// Autograd refused: backward through a freed graph, a saved tensor modified in place,
+    /// an in-place op on a leaf that requires grad, a gradient of the wrong shape, ... The
+    /// messages are PyTorch's where it has one.
+    #[error("{0}")]
+    Autograd(String),
     /// A file could not be read or written.
     #[error("{path}: {reason}")]
     Io {

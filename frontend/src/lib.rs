@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod autograd;
 pub mod compile;
 pub mod cuda_tensor;
 mod display;

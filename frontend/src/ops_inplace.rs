@@ -19,6 +19,22 @@ impl Tensor {
                 "in-place ops on CUDA tensors are not supported yet (use the out-of-place op)",
             ));
         }
+        if crate::autograd::is_grad_enabled() {
+            let arg_requires = matches!(arg, Operand::Tensor(t) if t.requires_grad());
+            if self.requires_grad() && self.is_leaf() {
+                return Err(crate::Error::Autograd(
+                    "a leaf Variable that requires grad is being used in an in-place operation."
+                        .into(),
+                ));
+            }
+            if self.requires_grad() || arg_requires {
+                return Err(crate::Error::Autograd(format!(
+                    "{}: in-place ops on tensors that require grad are not supported yet (use \
+                     the out-of-place op, or run it under no_grad)",
+                    op.name()
+                )));
+            }
+        }
         let dst = self.read(op.name())?;
         let arg = match arg {
             Operand::Tensor(t) => EagerArg::Tensor(t.real()?),

@@ -19,6 +19,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Tensor {
     pub(crate) repr: Repr,
+    /// autograd: whether it requires grad, its gradient, the node that made it
+    pub(crate) grad_meta: Option<Arc<crate::autograd::Meta>>,
 }
 
 /// What a tensor holds: data, or a value of a graph being traced.
@@ -37,12 +39,14 @@ impl Tensor {
     pub fn from_cpu(inner: CpuTensor) -> Tensor {
         Tensor {
             repr: Repr::Real(inner),
+            grad_meta: None,
         }
     }
 
     pub(crate) fn lazy(v: Arc<LazyValue>) -> Tensor {
         Tensor {
             repr: Repr::Lazy(v),
+            grad_meta: None,
         }
     }
 
@@ -96,7 +100,8 @@ impl Tensor {
                 Operand::Scalar(s) => EagerArg::Scalar(*s),
             });
         }
-        Ok(Tensor::from_cpu(execute(op, &eager)?))
+        let out = Tensor::from_cpu(execute(op, &eager)?);
+        Ok(crate::autograd::record(op, args, out))
     }
 
     /// Applies `op` with `self` as the only operand.

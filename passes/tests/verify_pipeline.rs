@@ -63,5 +63,8 @@ fn every_pass_verifies_on_both_corpora() {
             }
         }
     }
-    assert!(differentiated >= 3, "grad ran on {differentiated} corpus graphs");
+    assert!(
+        differentiated >= 3,
+        "grad ran on {differentiated} corpus graphs"
+    );
 }

@@ -1,0 +1,298 @@
+//! The backward pass: the nodes reachable from the outputs, each run once all its users
+//! have sent it their gradients (Kahn's order over the recorded graph), its rule applied
+//! to the saved operands with eager ops (grad mode off), gradients summed per operand and
+//! accumulated into leaves (or returned, for [`super::grad`]).
+
+use super::meta::{Edge, Meta, Node, SavedArg, SavedTensor};
+use super::no_grad;
+use crate::error::{Error, Result};
+use crate::{Operand, Tensor};
+use kiln_ir::ops::{gradients, GArg, GVal, GradBuilder, GradCall, GradError};
+use kiln_ir::{Op, TensorType};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+fn err(reason: impl Into<String>) -> Error {
+    Error::Autograd(reason.into())
+}
+
+const FREED: &str = "Trying to backward through the graph a second time (or directly access \
+saved tensors after they have already been freed). Saved intermediate values of the graph are \
+freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to \
+backward through the graph a second time or if you need to access saved tensors after calling \
+backward.";
+
+/// Applies the ops a rule asks for to tensors.
+struct EagerBuilder {
+    vals: Vec<Tensor>,
+    failure: Option<Error>,
+}
+
+impl EagerBuilder {
+    fn push(&mut self, t: Tensor) -> GVal {
+        self.vals.push(t);
+        GVal(self.vals.len() - 1)
+    }
+}
+
+impl GradBuilder for EagerBuilder {
+    fn apply(&mut self, op: Op, args: &[GArg]) -> std::result::Result<GVal, GradError> {
+        let operands: Vec<Operand<'_>> = args
+            .iter()
+            .map(|a| match *a {
+                GArg::Val(v) => Operand::Tensor(&self.vals[v.0]),
+                GArg::Scalar(s) => Operand::Scalar(s),
+            })
+            .collect();
+        match Tensor::apply_eager(&op, &operands) {
+            Ok(t) => Ok(self.push(t)),
+            Err(e) => {
+                let reason = e.to_string();
+                self.failure = Some(e);
+                Err(GradError::Build {
+                    op: op.name().to_string(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    fn ty(&self, v: GVal) -> TensorType {
+        self.vals[v.0].tensor_type()
+    }
+}
+
+/// The version error of a saved tensor modified in place, in PyTorch's words.
+fn check_version(s: &SavedTensor) -> Result<()> {
+    let now = s.data.version();
+    if now == s.version {
+        return Ok(());
+    }
+    let what = match &s.creator {
+        Some(n) => format!(", which is output 0 of {n},"),
+        None => String::new(),
+    };
+    Err(err(format!(
+        "one of the variables needed for gradient computation has been modified by an \
+         inplace operation: [{} {:?}]{what} is at version {now}; expected version {} instead",
+        s.data.dtype(),
+        s.data.shape(),
+        s.version
+    )))
+}
+
+/// `a + b` (a gradient sum), with recording off.
+fn sum(a: Option<Tensor>, b: Tensor) -> Result<Tensor> {
+    match a {
+        Some(a) => Tensor::apply_eager(
+            &Op::Binary(kiln_ir::BinaryOp::Add),
+            &[Operand::Tensor(&a), Operand::Tensor(&b)],
+        ),
+        None => Ok(b),
+    }
+}
+
+/// Runs `meta`'s hooks on `g` (each may replace it).
+fn run_hooks(meta: &Meta, mut g: Tensor) -> Result<Tensor> {
+    for h in meta.hooks.lock().iter() {
+        if let Some(r) = h(&g)? {
+            g = r;
+        }
+    }
+    Ok(g)
+}
+
+/// Adds a contribution to a leaf's gradient of this pass (its hooks run once, on the sum).
+fn add_leaf(acc: &mut Vec<(Arc<Meta>, Tensor)>, m: &Arc<Meta>, g: Tensor) -> Result<()> {
+    match acc.iter_mut().find(|(x, _)| Arc::ptr_eq(x, m)) {
+        Some((_, prev)) => *prev = sum(Some(prev.clone()), g)?,
+        None => acc.push((m.clone(), g)),
+    }
+    Ok(())
+}
+
+/// Identity of an edge's target, for `grad`'s inputs.
+fn key(e: &Edge) -> usize {
+    match e {
+        Edge::Leaf(m) => Arc::as_ptr(m) as usize,
+        Edge::Node(n) => Arc::as_ptr(n) as usize,
+    }
+}
+
+/// Backward from `outputs` (seeded with `grad_outputs`, or ones for one-element outputs).
+/// With `inputs`, returns their gradients and touches no `.grad`; without, accumulates
+/// into the leaves and returns nothing.
+pub(super) fn run(
+    outputs: &[Tensor],
+    grad_outputs: Option<&[Tensor]>,
+    retain_graph: bool,
+    inputs: Option<&[Tensor]>,
+) -> Result<Vec<Option<Tensor>>> {
+    let _off = no_grad();
+    // the inputs `grad` returns gradients for, by edge identity
+    let mut wanted: HashMap<usize, usize> = HashMap::new();
+    if let Some(ins) = inputs {
+        for (i, t) in ins.iter().enumerate() {
+            let e = t.edge().ok_or_else(|| {
+                err(format!(
+                    "One of the differentiated Tensors (input {i}) does not require grad"
+                ))
+            })?;
+            wanted.insert(key(&e), i);
+        }
+    }
+    let mut captured: Vec<Option<Tensor>> = vec![None; inputs.map_or(0, |i| i.len())];
+    // seeds
+    let mut grads: HashMap<usize, Tensor> = HashMap::new();
+    let mut roots: Vec<Arc<Node>> = Vec::new();
+    let mut leaf_grads: Vec<(Arc<Meta>, Tensor)> = Vec::new();
+    for (i, out) in outputs.iter().enumerate() {
+        let edge = out.edge().ok_or_else(|| {
+            err(format!(
+                "element {i} of tensors does not require grad and does not have a grad_fn"
+            ))
+        })?;
+        let seed = match grad_outputs.and_then(|g| g.get(i)) {
+            Some(g) => {
+                if g.shape() != out.shape() {
+                    return Err(err(format!(
+                        "Mismatch in shape: grad_output[{i}] has a shape of {:?} and output[{i}] \
+                         has a shape of {:?}.",
+                        g.shape(),
+                        out.shape()
+                    )));
+                }
+                g.detach()
+            }
+            None if out.numel() == 1 => Tensor::ones(out.shape(), out.dtype())?,
+            None => {
+                return Err(err(
+                    "grad can be implicitly created only for scalar outputs",
+                ))
+            }
+        };
+        match edge {
+            Edge::Node(n) => {
+                let k = Arc::as_ptr(&n) as usize;
+                let prev = grads.remove(&k);
+                grads.insert(k, sum(prev, seed)?);
+                roots.push(n);
+            }
+            Edge::Leaf(m) => add_leaf(&mut leaf_grads, &m, seed)?,
+        }
+    }
+    // the nodes reachable from the roots, and how many users each has among them
+    let mut deps: HashMap<usize, usize> = HashMap::new();
+    let mut nodes: HashMap<usize, Arc<Node>> = HashMap::new();
+    let mut stack: Vec<Arc<Node>> = roots.clone();
+    while let Some(n) = stack.pop() {
+        let k = Arc::as_ptr(&n) as usize;
+        if nodes.insert(k, n.clone()).is_some() {
+            continue;
+        }
+        for e in n.edges.iter().flatten() {
+            if let Edge::Node(m) = e {
+                *deps.entry(Arc::as_ptr(m) as usize).or_insert(0) += 1;
+                stack.push(m.clone());
+            }
+        }
+    }
+    let mut ready: Vec<Arc<Node>> = Vec::new();
+    for r in roots {
+        let k = Arc::as_ptr(&r) as usize;
+        if deps.get(&k).copied().unwrap_or(0) == 0 && !ready.iter().any(|n| Arc::ptr_eq(n, &r)) {
+            ready.push(r);
+        }
+    }
+    let mut processed: Vec<Arc<Node>> = Vec::new();
+    while let Some(n) = ready.pop() {
+        let k = Arc::as_ptr(&n) as usize;
+        let Some(mut g) = grads.remove(&k) else {
+            continue;
+        };
+        // the result's hooks, retain_grad, and `grad` of a non-leaf input
+        if let Some(meta) = n.out_meta.lock().upgrade() {
+            g = run_hooks(&meta, g)?;
+            if meta.retains_grad.load(Ordering::Relaxed) && inputs.is_none() {
+                let mut slot = meta.grad.lock();
+                *slot = Some(sum(slot.take(), g.clone())?);
+            }
+        }
+        if let Some(&i) = wanted.get(&k) {
+            captured[i] = Some(sum(captured[i].take(), g.clone())?);
+        }
+        let operand_grads = {
+            let saved = n.saved.lock();
+            let saved = saved.as_ref().ok_or_else(|| err(FREED))?;
+            let mut b = EagerBuilder {
+                vals: Vec::new(),
+                failure: None,
+            };
+            let mut args = Vec::new();
+            for a in &saved.args {
+                args.push(match a {
+                    SavedArg::Tensor(s) => {
+                        check_version(s)?;
+                        GArg::Val(b.push(s.data.clone()))
+                    }
+                    SavedArg::Scalar(s) => GArg::Scalar(*s),
+                });
+            }
+            check_version(&saved.out)?;
+            let out = b.push(saved.out.data.clone());
+            let gv = b.push(g);
+            let call = GradCall {
+                op: &n.op,
+                args: &args,
+                out,
+                grad: gv,
+            };
+            let gs = gradients(&mut b, &call).map_err(|e| match b.failure.take() {
+                Some(f) => f,
+                None => err(format!("{}: {e}", n.name)),
+            })?;
+            gs.into_iter()
+                .map(|g| g.map(|v| b.vals[v.0].clone()))
+                .collect::<Vec<_>>()
+        };
+        for (edge, gi) in n.edges.iter().zip(operand_grads) {
+            let (Some(edge), Some(gi)) = (edge, gi) else {
+                continue;
+            };
+            match edge {
+                Edge::Leaf(m) => add_leaf(&mut leaf_grads, m, gi)?,
+                Edge::Node(m) => {
+                    let mk = Arc::as_ptr(m) as usize;
+                    let prev = grads.remove(&mk);
+                    grads.insert(mk, sum(prev, gi)?);
+                    let d = deps.get_mut(&mk).expect("a discovered node");
+                    *d -= 1;
+                    if *d == 0 {
+                        ready.push(m.clone());
+                    }
+                }
+            }
+        }
+        processed.push(n);
+    }
+    // leaves: hooks, then accumulation (or capture for `grad`)
+    for (m, g) in leaf_grads {
+        let k = Arc::as_ptr(&m) as usize;
+        let g = run_hooks(&m, g)?;
+        if inputs.is_some() {
+            if let Some(&i) = wanted.get(&k) {
+                captured[i] = Some(sum(captured[i].take(), g)?);
+            }
+        } else {
+            let mut slot = m.grad.lock();
+            *slot = Some(sum(slot.take(), g)?);
+        }
+    }
+    if !retain_graph {
+        for n in processed {
+            *n.saved.lock() = None;
+        }
+    }
+    Ok(captured)
+}

@@ -1,0 +1,186 @@
+//! What a tensor that takes part in autograd carries, and the recorded graph.
+
+use super::is_grad_enabled;
+use crate::error::Result;
+use crate::{Operand, Tensor};
+use kiln_ir::ops::derivative::differentiable;
+use kiln_ir::ops::Derivative;
+use kiln_ir::{Op, Scalar};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+/// A gradient hook: sees the gradient, may replace it.
+pub(crate) type Hook = Box<dyn Fn(&Tensor) -> Result<Option<Tensor>> + Send + Sync>;
+
+/// What a tensor that requires grad (or did) carries; shared by its clones, as a Python
+/// reference to a torch tensor is.
+pub(crate) struct Meta {
+    /// the flag `requires_grad_` sets (always true for a recorded result)
+    pub(crate) requires_grad: AtomicBool,
+    /// the node that made it; `None` for a leaf
+    pub(crate) grad_fn: Option<Arc<Node>>,
+    /// the accumulated gradient (leaves, and non-leaves that retain it)
+    pub(crate) grad: Mutex<Option<Tensor>>,
+    /// a non-leaf that keeps its gradient (`retain_grad`)
+    pub(crate) retains_grad: AtomicBool,
+    /// hooks run on its gradient, in registration order
+    pub(crate) hooks: Mutex<Vec<Hook>>,
+}
+
+impl Meta {
+    pub(crate) fn leaf(requires_grad: bool) -> Meta {
+        Meta {
+            requires_grad: AtomicBool::new(requires_grad),
+            grad_fn: None,
+            grad: Mutex::new(None),
+            retains_grad: AtomicBool::new(false),
+            hooks: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn requires_grad(&self) -> bool {
+        self.requires_grad.load(Ordering::Relaxed)
+    }
+}
+
+/// A tensor saved for backward: its data (detached) and its version when saved.
+pub(crate) struct SavedTensor {
+    pub(crate) data: Tensor,
+    pub(crate) version: u64,
+    /// the name of the node that made it (for the version error), if any
+    pub(crate) creator: Option<String>,
+}
+
+/// An operand as saved.
+pub(crate) enum SavedArg {
+    Tensor(SavedTensor),
+    Scalar(Scalar),
+}
+
+/// What backward needs of an op: its operands and its result.
+pub(crate) struct Saved {
+    pub(crate) args: Vec<SavedArg>,
+    pub(crate) out: SavedTensor,
+}
+
+/// Where an operand's gradient goes.
+#[derive(Clone)]
+pub(crate) enum Edge {
+    /// accumulated into a leaf
+    Leaf(Arc<Meta>),
+    /// passed on to the node that made the operand
+    Node(Arc<Node>),
+}
+
+/// A recorded op (torch's `grad_fn`): how its result's gradient reaches its operands.
+pub struct Node {
+    pub(crate) op: Op,
+    /// torch's name for it (`MulBackward`)
+    pub(crate) name: String,
+    /// the operands and result; `None` once freed by a backward without `retain_graph`
+    pub(crate) saved: Mutex<Option<Saved>>,
+    /// per operand, where its gradient goes (`None`: it needs none)
+    pub(crate) edges: Vec<Option<Edge>>,
+    /// the result's meta, for its hooks and `retain_grad`
+    pub(crate) out_meta: Mutex<Weak<Meta>>,
+}
+
+impl Node {
+    /// torch's name of the node (`MulBackward`, `LogSoftmaxBackward`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// `MulBackward` for `mul`, `LogSoftmaxBackward` for `log_softmax`.
+fn backward_name(op: &Op) -> String {
+    let mut s = String::new();
+    for part in op.name().split('_').filter(|p| !p.is_empty()) {
+        let mut c = part.chars();
+        if let Some(f) = c.next() {
+            s.extend(f.to_uppercase());
+            s.push_str(c.as_str());
+        }
+    }
+    s + "Backward"
+}
+
+impl Tensor {
+    /// Where this tensor's gradient goes, if it requires grad.
+    pub(crate) fn edge(&self) -> Option<Edge> {
+        let m = self.grad_meta.as_ref()?;
+        match &m.grad_fn {
+            Some(n) => Some(Edge::Node(n.clone())),
+            None if m.requires_grad() => Some(Edge::Leaf(m.clone())),
+            None => None,
+        }
+    }
+
+    /// This tensor saved for backward.
+    pub(crate) fn saved(&self) -> SavedTensor {
+        SavedTensor {
+            data: self.detach(),
+            version: self.version(),
+            creator: self
+                .grad_meta
+                .as_ref()
+                .and_then(|m| m.grad_fn.as_ref().map(|n| n.name.clone())),
+        }
+    }
+}
+
+/// `out`, the result of `op` on `args`, with a node recorded when grad mode is on, an
+/// operand requires grad and the result is differentiable (floating, the op not declared
+/// non-differentiable). An op without a rule yet is recorded too: backward through it is
+/// the error.
+pub(crate) fn record(op: &Op, args: &[Operand<'_>], out: Tensor) -> Tensor {
+    if !is_grad_enabled()
+        || !args
+            .iter()
+            .any(|a| matches!(a, Operand::Tensor(t) if t.requires_grad()))
+        || matches!(op.info().derivative, Derivative::NonDifferentiable)
+        || !differentiable(out.dtype())
+    {
+        return out;
+    }
+    let edges = args
+        .iter()
+        .map(|a| match a {
+            Operand::Tensor(t) => t.edge(),
+            Operand::Scalar(_) => None,
+        })
+        .collect();
+    let saved_args = args
+        .iter()
+        .map(|a| match a {
+            Operand::Tensor(t) => SavedArg::Tensor(t.saved()),
+            Operand::Scalar(s) => SavedArg::Scalar(*s),
+        })
+        .collect();
+    let name = backward_name(op);
+    let mut saved_out = out.saved();
+    saved_out.creator = Some(name.clone());
+    let node = Arc::new(Node {
+        op: op.clone(),
+        name,
+        saved: Mutex::new(Some(Saved {
+            args: saved_args,
+            out: saved_out,
+        })),
+        edges,
+        out_meta: Mutex::new(Weak::new()),
+    });
+    let meta = Arc::new(Meta {
+        requires_grad: AtomicBool::new(true),
+        grad_fn: Some(node.clone()),
+        grad: Mutex::new(None),
+        retains_grad: AtomicBool::new(false),
+        hooks: Mutex::new(Vec::new()),
+    });
+    *node.out_meta.lock() = Arc::downgrade(&meta);
+    Tensor {
+        repr: out.repr,
+        grad_meta: Some(meta),
+    }
+}
