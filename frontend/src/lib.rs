@@ -29,6 +29,7 @@ mod ops_inplace;
 mod ops_layout;
 mod ops_pointwise;
 mod ops_reduce;
+pub mod optim;
 mod tensor;
 
 pub use compile::{

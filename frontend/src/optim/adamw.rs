@@ -1,0 +1,159 @@
+//! Adam with decoupled weight decay, as `torch.optim.AdamW` computes it.
+
+use super::{check_params, find, Optimizer};
+use crate::autograd::no_grad;
+use crate::error::{Error, Result};
+use crate::Tensor;
+
+/// One parameter's moments.
+#[derive(Clone)]
+struct Moments {
+    step: u64,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    max_exp_avg_sq: Option<Tensor>,
+}
+
+/// `torch.optim.AdamW`, in its order: `p *= 1 - lr·wd`; `m = lerp(m, g, 1 - β1)`; `v = β2·v
+/// + (1 - β2)·g²`; with `c1 = 1 - β1^t`, `c2 = 1 - β2^t`: `denom = √v / √c2 + eps` (amsgrad:
+/// the running maximum of `v`), `p -= (lr / c1)·m / denom`.
+pub struct AdamW {
+    params: Vec<Tensor>,
+    /// learning rate
+    pub lr: f64,
+    /// (β1, β2)
+    pub betas: (f64, f64),
+    /// added to the denominator
+    pub eps: f64,
+    /// decoupled weight decay (torch's default 0.01)
+    pub weight_decay: f64,
+    /// keep the maximum of the second moments
+    pub amsgrad: bool,
+    state: Vec<Option<Moments>>,
+}
+
+impl AdamW {
+    /// AdamW over `params` with torch's defaults (betas (0.9, 0.999), eps 1e-8, weight
+    /// decay 0.01, no amsgrad).
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Result<AdamW> {
+        check_params("AdamW", &params)?;
+        let n = params.len();
+        Ok(AdamW {
+            params,
+            lr,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.01,
+            amsgrad: false,
+            state: vec![None; n],
+        })
+    }
+
+    /// Sets betas, eps, weight decay and amsgrad.
+    pub fn options(
+        mut self,
+        betas: (f64, f64),
+        eps: f64,
+        weight_decay: f64,
+        amsgrad: bool,
+    ) -> AdamW {
+        self.betas = betas;
+        self.eps = eps;
+        self.weight_decay = weight_decay;
+        self.amsgrad = amsgrad;
+        self
+    }
+}
+
+impl Optimizer for AdamW {
+    fn step(&mut self) -> Result<()> {
+        let _off = no_grad();
+        let (b1, b2) = self.betas;
+        for (p, st) in self.params.iter().zip(&mut self.state) {
+            let Some(g) = p.grad() else {
+                continue;
+            };
+            let s = match st.take() {
+                Some(s) => s,
+                None => {
+                    let zeros = || Tensor::zeros(p.shape(), p.dtype());
+                    Moments {
+                        step: 0,
+                        exp_avg: zeros()?,
+                        exp_avg_sq: zeros()?,
+                        max_exp_avg_sq: self.amsgrad.then(zeros).transpose()?,
+                    }
+                }
+            };
+            let step = s.step + 1;
+            if self.weight_decay != 0.0 {
+                p.mul_(1.0 - self.lr * self.weight_decay)?;
+            }
+            // lerp with weight 1 - β1 (< 0.5): m + w·(g - m), as torch computes it
+            let exp_avg = s.exp_avg.add(&g.sub(&s.exp_avg)?.mul(1.0 - b1)?)?;
+            let exp_avg_sq = s.exp_avg_sq.mul(b2)?.add(&g.mul(&g)?.mul(1.0 - b2)?)?;
+            let c1 = 1.0 - b1.powi(step as i32);
+            let c2 = 1.0 - b2.powi(step as i32);
+            let step_size = self.lr / c1;
+            let max_exp_avg_sq = match s.max_exp_avg_sq {
+                Some(m) => Some(m.maximum(&exp_avg_sq)?),
+                None => None,
+            };
+            let v = max_exp_avg_sq.as_ref().unwrap_or(&exp_avg_sq);
+            let denom = v.sqrt()?.div(c2.sqrt())?.add(self.eps)?;
+            p.add_(&exp_avg.div(&denom)?.mul(-step_size)?)?;
+            *st = Some(Moments {
+                step,
+                exp_avg,
+                exp_avg_sq,
+                max_exp_avg_sq,
+            });
+        }
+        Ok(())
+    }
+
+    fn zero_grad(&self) {
+        self.params.iter().for_each(Tensor::zero_grad);
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        for (i, s) in self.state.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let step = Tensor::from_vec(vec![s.step as f64], &[]).expect("a 0-d tensor");
+            out.push((format!("state.{i}.step"), step));
+            out.push((format!("state.{i}.exp_avg"), s.exp_avg.clone()));
+            out.push((format!("state.{i}.exp_avg_sq"), s.exp_avg_sq.clone()));
+            if let Some(m) = &s.max_exp_avg_sq {
+                out.push((format!("state.{i}.max_exp_avg_sq"), m.clone()));
+            }
+        }
+        out
+    }
+
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        for (i, p) in self.params.iter().enumerate() {
+            let name = |b: &str| format!("state.{i}.{b}");
+            let Some((_, step)) = state.iter().find(|(n, _)| *n == name("step")) else {
+                self.state[i] = None;
+                continue;
+            };
+            let missing =
+                |b: &str| Error::Autograd(format!("optimizer state: {} is missing", name(b)));
+            let exp_avg = find(state, &name("exp_avg"), p)?.ok_or_else(|| missing("exp_avg"))?;
+            let exp_avg_sq =
+                find(state, &name("exp_avg_sq"), p)?.ok_or_else(|| missing("exp_avg_sq"))?;
+            let max_exp_avg_sq = find(state, &name("max_exp_avg_sq"), p)?;
+            if self.amsgrad && max_exp_avg_sq.is_none() {
+                return Err(missing("max_exp_avg_sq"));
+            }
+            self.state[i] = Some(Moments {
+                step: step.item()? as u64,
+                exp_avg,
+                exp_avg_sq,
+                max_exp_avg_sq,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,53 @@
+//! Optimisers with PyTorch's update rules and order: [`Sgd`] (momentum, dampening,
+//! nesterov, weight decay) and [`AdamW`] (betas, eps, decoupled weight decay, bias
+//! correction, amsgrad). Each holds its parameters (leaf tensors that require grad; clones
+//! share storage with the model's, so updates in place are seen there), updates them in
+//! place under `no_grad` in `step`, skips those whose `.grad` is `None`, and exposes its
+//! state as named tensors (`state.<i>.<buffer>`) to save and restore.
+
+mod adamw;
+mod sgd;
+
+pub use adamw::AdamW;
+pub use sgd::Sgd;
+
+use crate::error::{Error, Result};
+use crate::Tensor;
+
+/// What every optimiser does.
+pub trait Optimizer {
+    /// One update of every parameter that has a gradient.
+    fn step(&mut self) -> Result<()>;
+    /// Sets every parameter's gradient to `None` (torch's default `set_to_none=True`).
+    fn zero_grad(&self);
+    /// The state as named tensors (`state.<param index>.<buffer>`), for saving.
+    fn state(&self) -> Vec<(String, Tensor)>;
+    /// Restores a state [`Optimizer::state`] returned (an error names a missing or
+    /// mismatched entry).
+    fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()>;
+}
+
+/// Checks that every parameter is a leaf that requires grad.
+fn check_params(which: &str, params: &[Tensor]) -> Result<()> {
+    for (i, p) in params.iter().enumerate() {
+        if !p.requires_grad() || !p.is_leaf() {
+            return Err(Error::Autograd(format!(
+                "{which}: parameter {i} must be a leaf tensor that requires grad"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The tensor named `name` in `state`, of `like`'s shape.
+fn find(state: &[(String, Tensor)], name: &str, like: &Tensor) -> Result<Option<Tensor>> {
+    match state.iter().find(|(n, _)| n == name) {
+        None => Ok(None),
+        Some((_, t)) if t.shape() == like.shape() => Ok(Some(t.detach())),
+        Some((_, t)) => Err(Error::Autograd(format!(
+            "optimizer state {name}: shape {:?}, the parameter's is {:?}",
+            t.shape(),
+            like.shape()
+        ))),
+    }
+}
