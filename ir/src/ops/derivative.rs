@@ -681,7 +681,7 @@ pub(crate) mod structural {
     use crate::{Dim, Shape};
 
     /// The reduced dims of `x`'s shape (`dims` empty: all), normalised.
-    fn reduced(x: &TensorType, dims: &[i64]) -> Vec<usize> {
+    pub(super) fn reduced(x: &TensorType, dims: &[i64]) -> Vec<usize> {
         let r = x.shape.rank();
         if dims.is_empty() {
             return (0..r).collect();
@@ -694,7 +694,7 @@ pub(crate) mod structural {
 
     /// `g` (a reduction's result gradient) broadcast back to `x`'s shape: size-1 dims put
     /// back where the reduction dropped them, then expanded.
-    fn unreduce(
+    pub(super) fn unreduce(
         o: &mut Ops<'_>,
         g: GVal,
         x: &TensorType,
@@ -936,6 +936,7 @@ pub(crate) mod structural {
 /// activations, `clamp`, and the copies (`slice`, `cat`, `triu`, `tril`), written with
 /// primitives.
 pub(crate) mod composite {
+    use super::structural::{reduced, unreduce};
     use super::*;
     use crate::shape::normalize_dim;
     use crate::{Dim, Shape};
@@ -1031,51 +1032,6 @@ pub(crate) mod composite {
                     "a count over a symbolic dim (not known while the gradient is built)",
                 )),
             })
-    }
-
-    /// The normalised reduced dims (`dims` empty: all).
-    fn reduced(t: &TensorType, dims: &[i64]) -> Vec<usize> {
-        let r = t.shape.rank();
-        if dims.is_empty() {
-            return (0..r).collect();
-        }
-        let mut v: Vec<usize> = dims.iter().filter_map(|&d| normalize_dim(d, r)).collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    }
-
-    /// `g` of a reduction's result broadcast back to `t`'s shape.
-    fn unreduce(
-        o: &mut Ops<'_>,
-        g: GVal,
-        t: &TensorType,
-        dims: &[usize],
-        keepdim: bool,
-    ) -> Result<GVal, GradError> {
-        let mut g = g;
-        if !keepdim {
-            let kept: Shape = t
-                .shape
-                .dims()
-                .iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    if dims.contains(&i) {
-                        Dim::Const(1)
-                    } else {
-                        d.clone()
-                    }
-                })
-                .collect();
-            g = o.apply(Op::Reshape { shape: kept }, &[g.into()])?;
-        }
-        o.apply(
-            Op::Expand {
-                shape: t.shape.clone(),
-            },
-            &[g.into()],
-        )
     }
 
     /// `2 g (x - mean) / (n - correction)`
