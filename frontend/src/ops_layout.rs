@@ -203,6 +203,33 @@ impl Tensor {
         )
     }
 
+    /// `self` with each slice of `source` along `dim` added at its index
+    /// (`torch.index_add`; repeated indices accumulate). `source` has `self`'s shape with dim
+    /// `dim` replaced by the indices' dims, as [`Tensor::index_select`]'s result; an index out
+    /// of range is an error.
+    #[track_caller]
+    pub fn index_add(&self, dim: i64, indices: &Tensor, source: &Tensor) -> Result<Tensor> {
+        Tensor::apply(
+            &Op::IndexAdd { dim },
+            &[
+                Operand::Tensor(self),
+                Operand::Tensor(indices),
+                Operand::Tensor(source),
+            ],
+        )
+    }
+
+    /// The rows of this `[num, dim]` table at `indices` (any shape; the result is
+    /// `indices.shape + [dim]`): `torch.nn.functional.embedding(indices, self, padding_idx)`.
+    /// Row `padding_idx` (negative: counted from the end) gets no gradient.
+    #[track_caller]
+    pub fn embedding(&self, indices: &Tensor, padding_idx: Option<i64>) -> Result<Tensor> {
+        Tensor::apply(
+            &Op::Embedding { padding_idx },
+            &[Operand::Tensor(self), Operand::Tensor(indices)],
+        )
+    }
+
     /// A row-major copy (or the tensor itself when already contiguous, as PyTorch).
     #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {

@@ -84,6 +84,15 @@ impl Tensor {
         Tensor::apply_eager(op, args)
     }
 
+    /// Applies any op of the table to operands: the generic form of the named methods
+    /// (`x.exp()` is `Tensor::call(&Op::Unary(UnaryOp::Exp), &[(&x).into()])`), for tools
+    /// that iterate the op table. Eager outside a compiled function (and recorded for
+    /// autograd), a node inside one; operands are checked by the op's type rule.
+    #[track_caller]
+    pub fn call(op: &Op, args: &[Operand<'_>]) -> Result<Tensor> {
+        Tensor::apply(op, args)
+    }
+
     /// Applies `op` eagerly, whatever the thread is doing (on the CUDA device when an
     /// operand is there).
     pub(crate) fn apply_eager(op: &Op, args: &[Operand<'_>]) -> Result<Tensor> {

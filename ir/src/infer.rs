@@ -490,21 +490,44 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
             c.arity(2, 2)?;
             let (x, idx) = (c.tensor(0)?, c.tensor(1)?);
             let d = c.dim(*dim, x.shape.rank())?;
-            if !idx.dtype.is_int() || idx.shape.rank() == 0 {
+            Ok(tt(x.dtype, gathered(&c, x, d, idx)?))
+        }
+        Op::IndexAdd { dim } => {
+            c.arity(3, 3)?;
+            let (x, idx, src) = (c.tensor(0)?, c.tensor(1)?, c.tensor(2)?);
+            let d = c.dim(*dim, x.shape.rank())?;
+            let want = gathered(&c, x, d, idx)?;
+            if src.dtype != x.dtype {
                 return Err(c.err(format!(
-                    "indices must be an integer tensor of rank >= 1, got {idx}"
+                    "the source must have the dtype of the tensor added to ({}), got {}",
+                    x.dtype, src.dtype
                 )));
             }
-            // dim `d` is replaced by the indices' dims (1-d: torch's index_select; n-d: the
-            // embedding lookup `x[idx]` along `d`)
-            let dims = x.shape.dims();
-            let shape: Shape = dims[..d]
-                .iter()
-                .chain(idx.shape.dims())
-                .chain(&dims[d + 1..])
-                .cloned()
-                .collect();
-            Ok(tt(x.dtype, shape))
+            if src.shape != want {
+                return Err(c.err(format!(
+                    "the source must have shape {want} (dim {d} replaced by the indices' dims), got {}",
+                    src.shape
+                )));
+            }
+            Ok(x.clone())
+        }
+        Op::Embedding { padding_idx } => {
+            c.arity(2, 2)?;
+            let (w, idx) = (c.tensor(0)?, c.tensor(1)?);
+            if w.shape.rank() != 2 {
+                return Err(c.err(format!(
+                    "the weight must be 2-d [num_embeddings, embedding_dim], got {w}"
+                )));
+            }
+            if let (Some(p), Dim::Const(rows)) = (padding_idx, &w.shape.dims()[0]) {
+                let rows = *rows as i64;
+                if !(-rows..rows).contains(p) {
+                    return Err(c.err(format!(
+                        "padding_idx {p} must be within the {rows} rows of the weight"
+                    )));
+                }
+            }
+            Ok(tt(w.dtype, gathered(&c, w, 0, idx)?))
         }
         Op::Cast { dtype } => {
             c.arity(1, 1)?;
@@ -694,4 +717,22 @@ mod tests {
         assert_eq!(matmul_shape(&s(&[2, 3]), &s(&[3])).unwrap(), s(&[2]));
         assert!(matmul_shape(&s(&[2, 3]), &s(&[4, 3])).is_err());
     }
+}
+
+/// The shape of `x` gathered along `d` at `idx` (an integer tensor of rank >= 1): dim `d`
+/// replaced by the indices' dims (1-d: torch's `index_select`; n-d: the embedding lookup
+/// `x[idx]` along `d`).
+fn gathered(c: &Ctx<'_>, x: &TensorType, d: usize, idx: &TensorType) -> Result<Shape, TypeError> {
+    if !idx.dtype.is_int() || idx.shape.rank() == 0 {
+        return Err(c.err(format!(
+            "indices must be an integer tensor of rank >= 1, got {idx}"
+        )));
+    }
+    let dims = x.shape.dims();
+    Ok(dims[..d]
+        .iter()
+        .chain(idx.shape.dims())
+        .chain(&dims[d + 1..])
+        .cloned()
+        .collect())
 }

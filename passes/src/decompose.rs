@@ -35,6 +35,7 @@
 //! | `softplus {beta, threshold}` | `where(x*beta > threshold, x, log1p(exp(x*beta)) / beta)` |
 //! | `mish` | `x * tanh(softplus(x))` (beta 1, threshold 20) |
 //! | `nan_to_num {nan, posinf, neginf}` | nested `where`s on `isnan(x)`, `x == inf`, `x == -inf` (integers: `x`) |
+//! | `embedding {padding_idx}` w, idx | `index_select(w, 0, idx)` (the padding index only changes the gradient) |
 //!
 //! Divisions by `n` are `div` by a literal (exact for rows of equal values, as PyTorch's
 //! own decomposition of `mean`). The inner means of `var`, `layer_norm` and `rms_norm`
@@ -146,6 +147,7 @@ pub fn decomposition(op: &Op) -> Option<Decomposition> {
         Op::Elu { .. } => elu,
         Op::Softplus { .. } => softplus,
         Op::NanToNum { .. } => nan_to_num,
+        Op::Embedding { .. } => embedding,
         Op::Input
         | Op::Full { .. }
         | Op::Arange { .. }
@@ -164,6 +166,7 @@ pub fn decomposition(op: &Op) -> Option<Decomposition> {
         | Op::Slice { .. }
         | Op::Cat { .. }
         | Op::IndexSelect { .. }
+        | Op::IndexAdd { .. }
         | Op::Cast { .. }
         | Op::Contiguous
         | Op::Triu { .. }
@@ -784,6 +787,22 @@ fn linear(
     if let Some(&b) = args.get(2) {
         y = e.add(y, b)?;
     }
+    e.finish(y, node)
+}
+
+/// `embedding(weight, indices)`: `weight.index_select(0, indices)` (its padding index only
+/// matters to the gradient).
+fn embedding(
+    out: &mut Graph,
+    node: &Node,
+    args: &[Arg],
+    loc: &Option<String>,
+) -> Result<NodeId, PassError> {
+    let mut e = Emit { g: out, loc };
+    let [w, idx] = args else {
+        return Err(unsupported("embedding needs a weight and indices".into()));
+    };
+    let y = e.op(Op::IndexSelect { dim: 0 }, &[*w, *idx])?;
     e.finish(y, node)
 }
 

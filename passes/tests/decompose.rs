@@ -331,6 +331,10 @@ fn sample_ops() -> Vec<Op> {
         },
         Op::Cat { dim: 0 },
         Op::IndexSelect { dim: 0 },
+        Op::IndexAdd { dim: 0 },
+        Op::Embedding {
+            padding_idx: Some(1),
+        },
         Op::Cast { dtype: DType::F16 },
         Op::Contiguous,
         Op::Triu { diagonal: 0 },
@@ -384,6 +388,29 @@ fn the_table_covers_exactly_the_composite_ops() {
 
 // ---------------------------------------------------------------------------------------
 // Every op of the table
+
+/// `embedding` (with or without a padding index, which only its gradient reads) is the
+/// `index_select` of the table's rows, n-d indices included.
+#[test]
+fn embedding_is_an_index_select_of_rows() {
+    for padding in ["", " {padding_idx = -1}"] {
+        let g = parse_graph(&format!(
+            "graph @e(%w: f32[4,3], %ids: i64[2,3]) -> f32[2,3,3] {{\n  %0 = embedding %w, %ids{padding} : f32[2,3,3]\n  return %0\n}}\n"
+        ))
+        .unwrap();
+        let d = decompose(&g).unwrap();
+        let ops: Vec<&str> = d.nodes().map(|(_, n)| n.op.name()).collect();
+        assert_eq!(ops, ["input", "input", "index_select"], "{padding}");
+        let w = Value::new(DType::F32, vec![4, 3], (0..12).map(f64::from).collect()).unwrap();
+        let ids = Value::new(DType::I64, vec![2, 3], vec![3.0, 0.0, 3.0, 1.0, 2.0, 0.0]).unwrap();
+        let (want, got) = (
+            eval(&g, &[w.clone(), ids.clone()]).unwrap(),
+            eval(&d, &[w, ids]).unwrap(),
+        );
+        assert_eq!(want[0].data, got[0].data);
+        assert_eq!(&got[0].data[..6], &[9.0, 10.0, 11.0, 0.0, 1.0, 2.0]);
+    }
+}
 
 #[test]
 fn softmax_and_log_softmax() {

@@ -1,7 +1,8 @@
 //! The `grad` pass: the joint graph's gradient outputs equal central differences of the
 //! forward graph's first output (interpreter, f64), on graphs with broadcasting, shared
 //! values, reductions, softmax and norms; inputs out0 does not use get zeros, integer
-//! inputs no output; a non-scalar out0 and an op without a rule are errors naming them.
+//! inputs no output; a non-scalar out0 and a rule that cannot be built are errors naming them; gathers
+//! scatter their gradients back.
 
 use kiln_ir::interp::{eval, random_inputs, Value};
 use kiln_ir::text::{parse_graph, print_graph};
@@ -108,7 +109,7 @@ graph @partial(%x: f64[3], %unused: f64[2], %i: i64[3]) -> f64[] {
 }
 
 #[test]
-fn a_non_scalar_output_and_an_op_without_a_rule_are_errors() {
+fn a_non_scalar_output_and_a_rule_that_cannot_build_are_errors() {
     let g =
         parse_graph("graph @v(%x: f64[3]) -> f64[3] {\n  %0 = exp %x : f64[3]\n  return %0\n}\n")
             .unwrap();
@@ -117,10 +118,11 @@ fn a_non_scalar_output_and_an_op_without_a_rule_are_errors() {
         e.contains("must be a floating scalar") && e.contains("f64[3]"),
         "{e}"
     );
+    // a slice's gradient pads with zeros of the sliced dim's size: unknown when symbolic
     let g = parse_graph(
         r#"
-graph @emb(%w: f64[5,2], %ids: i64[3]) -> f64[] {
-  %0 = index_select %w, %ids {dim = 0}     : f64[3,2]
+graph @s(%x: f64[N]) -> f64[] {
+  %0 = slice %x {dim = 0, start = 1, end = 2} : f64[1]
   %1 = sum %0                              : f64[]
   return %1
 }
@@ -128,7 +130,46 @@ graph @emb(%w: f64[5,2], %ids: i64[3]) -> f64[] {
     )
     .unwrap();
     let e = grad(&g).unwrap_err().to_string();
-    assert!(e.contains("index_select: no derivative rule yet"), "{e}");
+    assert!(e.contains("slice") && e.contains("symbolic dim"), "{e}");
+}
+
+/// Rows looked up several times accumulate their gradients (`index_add`), a padding row
+/// gets none, and strided slices scatter theirs back.
+#[test]
+fn gathers_scatter_their_gradients_back() {
+    let text = r#"
+graph @emb(%w: f64[5,2], %ids: i64[4], %t: f64[5,2]) -> f64[] {
+  %0 = index_select %w, %ids {dim = 0}     : f64[4,2]
+  %1 = embedding %t, %ids {padding_idx = 3} : f64[4,2]
+  %2 = mul %0, %1                          : f64[4,2]
+  %3 = slice %w {dim = 0, start = 0, end = 5, step = 2} : f64[3,2]
+  %4 = sum %2                              : f64[]
+  %5 = sum %3                              : f64[]
+  %6 = add %4, %5                          : f64[]
+  return %6
+}
+"#;
+    let g = parse_graph(text).unwrap();
+    let joint = grad(&g).unwrap();
+    let w = Value::new(
+        kiln_ir::DType::F64,
+        vec![5, 2],
+        (0..10).map(f64::from).collect(),
+    )
+    .unwrap();
+    let ids = Value::new(kiln_ir::DType::I64, vec![4], vec![3.0, 0.0, 3.0, 4.0]).unwrap();
+    let t = Value::new(kiln_ir::DType::F64, vec![5, 2], vec![1.0; 10]).unwrap();
+    let outs = eval(&joint, &[w, ids, t]).unwrap();
+    // d/dw: t's rows (ones) at 3, 0, 3, 4, plus 1 at the even rows of the slice
+    assert_eq!(
+        outs[1].data,
+        vec![2.0, 2.0, 0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]
+    );
+    // d/dt: w's rows at 0 and 4 (row 3 is the padding row)
+    assert_eq!(
+        outs[2].data,
+        vec![0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 8.0, 9.0]
+    );
 }
 
 #[test]

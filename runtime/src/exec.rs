@@ -193,6 +193,11 @@ pub fn execute(op: &Op, args: &[EagerArg<'_>]) -> Result<CpuTensor, RuntimeError
             let x = tensor(0)?;
             layout::index_select(x, dim(*d, x.rank())?, tensor(1)?, &shape)?
         }
+        Op::IndexAdd { dim: d } => {
+            let x = tensor(0)?;
+            layout::index_add(x, dim(*d, x.rank())?, tensor(1)?, tensor(2)?)?
+        }
+        Op::Embedding { .. } => layout::index_select(tensor(0)?, 0, tensor(1)?, &shape)?,
         Op::Cast { dtype } => pointwise::cast(tensor(0)?, *dtype),
         Op::Contiguous => layout::contiguous(tensor(0)?),
         Op::Triu { diagonal } => layout::tri(tensor(0)?, *diagonal, true),

@@ -41,7 +41,8 @@ pub fn renders(op: &kiln_ir::Op) -> bool {
         | Op::LeakyRelu { .. }
         | Op::Elu { .. }
         | Op::Softplus { .. }
-        | Op::NanToNum { .. } => false,
+        | Op::NanToNum { .. }
+        | Op::Embedding { .. } => false,
         Op::Reduce { op, .. } => !matches!(op, kiln_ir::ReduceOp::Mean),
         Op::Input
         | Op::Full { .. }
@@ -61,6 +62,7 @@ pub fn renders(op: &kiln_ir::Op) -> bool {
         | Op::Slice { .. }
         | Op::Cat { .. }
         | Op::IndexSelect { .. }
+        | Op::IndexAdd { .. }
         | Op::Cast { .. }
         | Op::Contiguous
         | Op::Triu { .. }

@@ -75,7 +75,8 @@ pub fn renders(op: &kiln_ir::Op) -> bool {
         | Op::LeakyRelu { .. }
         | Op::Elu { .. }
         | Op::Softplus { .. }
-        | Op::NanToNum { .. } => false,
+        | Op::NanToNum { .. }
+        | Op::Embedding { .. } => false,
         Op::Reduce { op, .. } => !matches!(op, kiln_ir::ReduceOp::Mean),
         Op::Input
         | Op::Full { .. }
@@ -95,6 +96,7 @@ pub fn renders(op: &kiln_ir::Op) -> bool {
         | Op::Slice { .. }
         | Op::Cat { .. }
         | Op::IndexSelect { .. }
+        | Op::IndexAdd { .. }
         | Op::Cast { .. }
         | Op::Contiguous
         | Op::Triu { .. }

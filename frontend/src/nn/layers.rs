@@ -89,6 +89,8 @@ impl LayerNorm {
 pub struct Embedding {
     /// `[num_embeddings, embedding_dim]`
     pub weight: Tensor,
+    /// the row that gets no gradient (`torch.nn.Embedding`'s `padding_idx`), if any
+    pub padding_idx: Option<i64>,
 }
 
 impl Embedding {
@@ -101,7 +103,28 @@ impl Embedding {
                 "the weight must be [num_embeddings, embedding_dim]",
             ));
         }
-        Ok(Embedding { weight })
+        Ok(Embedding {
+            weight,
+            padding_idx: None,
+        })
+    }
+
+    /// The same table with row `padding_idx` (negative: counted from the end) excluded from
+    /// gradients, as `torch.nn.Embedding(..., padding_idx)`; an index outside the table is
+    /// an error.
+    pub fn with_padding_idx(self, padding_idx: i64) -> Result<Embedding> {
+        let rows = self.weight.shape()[0] as i64;
+        if !(-rows..rows).contains(&padding_idx) {
+            return Err(invalid(
+                "nn::Embedding",
+                self.weight.shape(),
+                format!("padding_idx {padding_idx} must be within the {rows} rows"),
+            ));
+        }
+        Ok(Embedding {
+            padding_idx: Some(padding_idx),
+            ..self
+        })
     }
 
     /// The rows of `indices` (an integer tensor of any shape): shape `indices.shape + [dim]`.
@@ -110,6 +133,6 @@ impl Embedding {
     pub fn forward(&self, indices: &Tensor) -> Result<Tensor> {
         // n-d indices select rows directly (no flattening reshape, so a symbolic sequence
         // dim stays symbolic under compile)
-        self.weight.index_select(0, indices)
+        self.weight.embedding(indices, self.padding_idx)
     }
 }

@@ -121,13 +121,7 @@ pub(crate) fn cat(args: &[Operand<'_>], dim: i64, out: &Out) -> Result<Value, Fa
 pub(crate) fn index_select(x: &Value, idx: &Value, dim: i64, out: &Out) -> Result<Value, Fail> {
     let d = norm_dim(dim, x.shape.len());
     let n = x.shape[d];
-    let mut rows = Vec::with_capacity(idx.data.len());
-    for &i in &idx.data {
-        if !(0.0..n as f64).contains(&i) {
-            return Err(format!("index {i} is out of range for dim {d} of size {n}"));
-        }
-        rows.push(i as usize);
-    }
+    let rows = checked_rows(idx, d, n)?;
     let (outer, inner) = (numel(&x.shape[..d]), numel(&x.shape[d + 1..]));
     let mut data = Vec::with_capacity(out.numel());
     for o in 0..outer {
@@ -137,6 +131,48 @@ pub(crate) fn index_select(x: &Value, idx: &Value, dim: i64, out: &Out) -> Resul
         }
     }
     Ok(out.finish(data))
+}
+
+/// `x.index_add(dim, idx, src)`: a copy of `x` with each slice of `src` added at its index
+/// (repeated indices accumulate, in index order); an index outside `0..size` is an error as
+/// in `index_select`.
+pub(crate) fn index_add(
+    x: &Value,
+    idx: &Value,
+    src: &Value,
+    dim: i64,
+    out: &Out,
+) -> Result<Value, Fail> {
+    let d = norm_dim(dim, x.shape.len());
+    let n = x.shape[d];
+    let rows = checked_rows(idx, d, n)?;
+    let (outer, inner) = (numel(&x.shape[..d]), numel(&x.shape[d + 1..]));
+    let mut data = x.data.clone();
+    let mut from = 0;
+    for o in 0..outer {
+        for &i in &rows {
+            let at = (o * n + i) * inner;
+            for (dst, &v) in data[at..at + inner].iter_mut().zip(&src.data[from..]) {
+                *dst += v;
+            }
+            from += inner;
+        }
+    }
+    Ok(out.finish(data))
+}
+
+/// The indices of `idx` as rows of a dim `d` of size `n`, each checked to be in `0..n`.
+fn checked_rows(idx: &Value, d: usize, n: usize) -> Result<Vec<usize>, Fail> {
+    idx.data
+        .iter()
+        .map(|&i| {
+            if (0.0..n as f64).contains(&i) {
+                Ok(i as usize)
+            } else {
+                Err(format!("index {i} is out of range for dim {d} of size {n}"))
+            }
+        })
+        .collect()
 }
 
 /// `triu` (`upper`) or `tril` over the last two dims, batched: element (i, j) is kept when

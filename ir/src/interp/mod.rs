@@ -506,6 +506,14 @@ fn compute(op: &Op, args: &[Operand<'_>], out: &Out) -> Result<Value, Fail> {
         Op::IndexSelect { dim } => {
             layout::index_select(tensor(args, 0)?, tensor(args, 1)?, *dim, out)
         }
+        Op::IndexAdd { dim } => layout::index_add(
+            tensor(args, 0)?,
+            tensor(args, 1)?,
+            tensor(args, 2)?,
+            *dim,
+            out,
+        ),
+        Op::Embedding { .. } => layout::index_select(tensor(args, 0)?, tensor(args, 1)?, 0, out),
         Op::Triu { diagonal } => Ok(layout::triangle(tensor(args, 0)?, *diagonal, true, out)),
         Op::Tril { diagonal } => Ok(layout::triangle(tensor(args, 0)?, *diagonal, false, out)),
     }

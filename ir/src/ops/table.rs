@@ -15,7 +15,8 @@
 
 use super::define::{define_family, define_ops};
 use super::derivative::{
-    binary as db, composite as dc, structural as ds, unary as du, Derivative as D,
+    binary as db, composite as dc, index as dx, inplace as dp, structural as ds, unary as du,
+    Derivative as D,
 };
 use super::info::{Arity, CostClass::*, DTypeRule, Domain::*, OpInfo, OpKind::*};
 use super::info::{RangeRule as Range, Reference as Ref};
@@ -173,13 +174,13 @@ define_family! {
     /// its first operand (the destination), which a runtime writes back into that tensor.
     InplaceOp {
         /// `dst.copy_(src)`: src broadcast to dst's shape and cast to its dtype.
-        Copy => OpInfo { name: "copy_", aliases: &[], kind: Inplace, arity: TWO, dtype: DTypeRule::Own, composite: false, smooth: false, cost: Data, range: Range::None, domain: &[Real, Real], reference: Ref::Interpreter, commutative: false, derivative: D::Missing },
+        Copy => OpInfo { name: "copy_", aliases: &[], kind: Inplace, arity: TWO, dtype: DTypeRule::Own, composite: false, smooth: false, cost: Data, range: Range::None, domain: &[Real, Real], reference: Ref::Interpreter, commutative: false, derivative: D::Rule(dp::copy) },
         /// `dst.fill_(value)`: value is a scalar or a 0-d tensor.
-        Fill => OpInfo { name: "fill_", aliases: &[], kind: Inplace, arity: TWO, dtype: DTypeRule::Own, composite: false, smooth: false, cost: Data, range: Range::None, domain: &[Real, Real], reference: Ref::Interpreter, commutative: false, derivative: D::Missing },
+        Fill => OpInfo { name: "fill_", aliases: &[], kind: Inplace, arity: TWO, dtype: DTypeRule::Own, composite: false, smooth: false, cost: Data, range: Range::None, domain: &[Real, Real], reference: Ref::Interpreter, commutative: false, derivative: D::Rule(dp::fill) },
         /// `dst.add_(other)`
-        Add => OpInfo { name: "add_", aliases: &[], kind: Inplace, arity: TWO, dtype: DTypeRule::Own, composite: false, smooth: false, cost: Data, range: Range::None, domain: &[Real, Real], reference: Ref::Interpreter, commutative: false, derivative: D::Missing },
+        Add => OpInfo { name: "add_", aliases: &[], kind: Inplace, arity: TWO, dtype: DTypeRule::Own, composite: false, smooth: false, cost: Data, range: Range::None, domain: &[Real, Real], reference: Ref::Interpreter, commutative: false, derivative: D::Rule(dp::add) },
         /// `dst.mul_(other)`
-        Mul => OpInfo { name: "mul_", aliases: &[], kind: Inplace, arity: TWO, dtype: DTypeRule::Own, composite: false, smooth: false, cost: Data, range: Range::None, domain: &[Real, Real], reference: Ref::Interpreter, commutative: false, derivative: D::Missing },
+        Mul => OpInfo { name: "mul_", aliases: &[], kind: Inplace, arity: TWO, dtype: DTypeRule::Own, composite: false, smooth: false, cost: Data, range: Range::None, domain: &[Real, Real], reference: Ref::Interpreter, commutative: false, derivative: D::Rule(dp::mul) },
     }
 }
 
@@ -437,7 +438,22 @@ define_ops! {
         IndexSelect {
             /// indexed dim
             dim: i64,
-        } => own("index_select", Gather, TWO, false, D::Missing);
+        } => own("index_select", Gather, TWO, false, D::Rule(dx::index_select));
+        /// `x.index_add(dim, indices, source)`: `x` with each slice of `source` along `dim`
+        /// added at its index (repeated indices accumulate); `source` is `x`'s shape with dim
+        /// `dim` replaced by the indices' dims, as `index_select`'s result (1-d indices:
+        /// torch's `index_add`; n-d: the scatter-add of an embedding's gradient).
+        IndexAdd {
+            /// indexed dim
+            dim: i64,
+        } => own("index_add", Gather, THREE, false, D::Rule(dx::index_add));
+        /// torch's `embedding(weight, indices, padding_idx)`: the rows of `weight` at
+        /// `indices` (an `index_select` along dim 0), whose gradient leaves row `padding_idx`
+        /// (negative: counted from the end) at zero.
+        Embedding {
+            /// the row that gets no gradient (none by default)
+            padding_idx: Option<i64> = None,
+        } => own("embedding", Gather, TWO, true, D::Rule(dx::embedding));
         /// Converts to `dtype` (float to int truncates toward zero).
         Cast {
             /// result dtype

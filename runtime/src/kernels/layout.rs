@@ -1,6 +1,7 @@
 //! Layout kernels. Views (no copy): reshape when strides allow, permute, transpose, expand,
 //! slice. Copies: contiguous, cat (row block copies), index_select (inner-block copies after
-//! a bounds check of every index), triu/tril (one pass over rows).
+//! a bounds check of every index), index_add (a copy, then inner-block sums), triu/tril (one
+//! pass over rows).
 
 use crate::element::{with_dtype, Element, Kern};
 use crate::error::RuntimeError;
@@ -214,6 +215,79 @@ fn index_select_typed<T: Element>(
         })
     });
     CpuTensor::from_storage(s, out_shape)
+}
+
+/// `x.index_add(d, idx, src)`: a copy of `x` with each inner block of `src` added at its
+/// index along `d` (repeated indices accumulate in index order); every index is checked
+/// (0 ≤ i < size) before any addition. Sums of floats are rounded once to the dtype, as a
+/// native addition; integers add exactly.
+pub(crate) fn index_add(
+    x: &CpuTensor,
+    d: usize,
+    idx: &CpuTensor,
+    src: &CpuTensor,
+) -> Result<CpuTensor, RuntimeError> {
+    let size = x.shape()[d];
+    let indices: Vec<i64> =
+        with_dtype!(idx.dtype(), I => crate::iter::gather::<I, i64>(idx, |v: I| v.to_i64()));
+    if let Some(&bad) = indices.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
+        return Err(RuntimeError::IndexOutOfRange {
+            op: "index_add",
+            index: bad,
+            size,
+        });
+    }
+    let (x, src) = (x.contiguous(), src.contiguous());
+    Ok(with_dtype!(x.dtype(), T => index_add_typed::<T>(&x, d, &indices, &src)))
+}
+
+fn index_add_typed<T: Kern>(
+    x: &CpuTensor,
+    d: usize,
+    indices: &[i64],
+    src: &CpuTensor,
+) -> CpuTensor {
+    let inner: usize = x.shape()[d + 1..].iter().product();
+    let size = x.shape()[d];
+    let n = x.numel();
+    let int = x.dtype().is_int();
+    let add = |a: T, b: T| {
+        if int {
+            T::from_i64(a.to_i64().wrapping_add(b.to_i64()))
+        } else {
+            T::from_f64(a.to_f64() + b.to_f64())
+        }
+    };
+    let (gx, gs) = (x.storage().guard(), src.storage().guard());
+    let xd = &gx.slice::<T>()[x.offset()..][..n];
+    let sd = &gs.slice::<T>()[src.offset()..][..src.numel()];
+    let s = Storage::build::<T>(n, |out| {
+        for (o, v) in out.iter_mut().zip(xd) {
+            o.write(*v);
+        }
+    });
+    let block = size * inner;
+    if block > 0 && inner > 0 {
+        let mut g = s.guard_mut();
+        let out = &mut g.slice_mut::<T>()[..n];
+        let rows = indices.len() * inner;
+        // whole outer blocks per task: blocks are disjoint, and repeated indices within a
+        // block accumulate in index order
+        let grain = (GRAIN_CHEAP / block).max(1) * block;
+        for_chunks(out, grain, |start, chunk| {
+            for (k, blk) in chunk.chunks_mut(block).enumerate() {
+                let o = start / block + k;
+                let from = &sd[o * rows..(o + 1) * rows];
+                for (j, &i) in indices.iter().enumerate() {
+                    let dst = &mut blk[i as usize * inner..(i as usize + 1) * inner];
+                    for (a, &b) in dst.iter_mut().zip(&from[j * inner..(j + 1) * inner]) {
+                        *a = add(*a, b);
+                    }
+                }
+            }
+        });
+    }
+    CpuTensor::from_storage(s, x.shape())
 }
 
 /// Keeps elements with `j - i >= diagonal` (triu, `upper`) or `j - i <= diagonal` (tril)
