@@ -153,7 +153,7 @@ fn gradcheck(op: &Op, inputs: &[In]) {
         let _guard = no_grad();
         for j in 0..numel(x) {
             let at = |d: f64| {
-                let mut ts: Vec<Option<Tensor>> = leaves.iter().map(|t| t.clone()).collect();
+                let mut ts: Vec<Option<Tensor>> = leaves.to_vec();
                 let mut v = vals[k].clone();
                 v[j] += d;
                 ts[k] = Some(make(x, &v));

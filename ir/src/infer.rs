@@ -661,6 +661,24 @@ pub fn scalar_arg(s: Scalar) -> ArgType {
     ArgType::Scalar(s)
 }
 
+/// The shape of `x` gathered along `d` at `idx` (an integer tensor of rank >= 1): dim `d`
+/// replaced by the indices' dims (1-d: torch's `index_select`; n-d: the embedding lookup
+/// `x[idx]` along `d`).
+fn gathered(c: &Ctx<'_>, x: &TensorType, d: usize, idx: &TensorType) -> Result<Shape, TypeError> {
+    if !idx.dtype.is_int() || idx.shape.rank() == 0 {
+        return Err(c.err(format!(
+            "indices must be an integer tensor of rank >= 1, got {idx}"
+        )));
+    }
+    let dims = x.shape.dims();
+    Ok(dims[..d]
+        .iter()
+        .chain(idx.shape.dims())
+        .chain(&dims[d + 1..])
+        .cloned()
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -717,22 +735,4 @@ mod tests {
         assert_eq!(matmul_shape(&s(&[2, 3]), &s(&[3])).unwrap(), s(&[2]));
         assert!(matmul_shape(&s(&[2, 3]), &s(&[4, 3])).is_err());
     }
-}
-
-/// The shape of `x` gathered along `d` at `idx` (an integer tensor of rank >= 1): dim `d`
-/// replaced by the indices' dims (1-d: torch's `index_select`; n-d: the embedding lookup
-/// `x[idx]` along `d`).
-fn gathered(c: &Ctx<'_>, x: &TensorType, d: usize, idx: &TensorType) -> Result<Shape, TypeError> {
-    if !idx.dtype.is_int() || idx.shape.rank() == 0 {
-        return Err(c.err(format!(
-            "indices must be an integer tensor of rank >= 1, got {idx}"
-        )));
-    }
-    let dims = x.shape.dims();
-    Ok(dims[..d]
-        .iter()
-        .chain(idx.shape.dims())
-        .chain(&dims[d + 1..])
-        .cloned()
-        .collect())
 }

@@ -285,11 +285,7 @@ fn cross_entropy_probabilities(
     };
     let losses = log_probs.mul(&target)?.sum(&[cd as i64], false)?.neg()?;
     // N·d1·... elements (numel / C; an empty input divides 0 by 0: NaN, as torch)
-    let elements = if classes == 0 {
-        0
-    } else {
-        input.numel() / classes
-    };
+    let elements = input.numel().checked_div(classes).unwrap_or(0);
     let count = Tensor::full(&[], elements as f64, losses.dtype())?;
     reduce(losses, options.reduction, &count)
 }
