@@ -10,6 +10,8 @@
 //!   [`Sequential`] and the activation layers ([`Relu`], [`Tanh`], [`Sigmoid`], [`Gelu`])
 //!   name theirs as `torch.nn.Sequential` does (`0.weight`, `2.bias`);
 //! - [`save_parameters`] / [`load_parameters`]: those names in safetensors files;
+//! - [`functional`]: losses ([`functional::cross_entropy`], [`functional::nll_loss`],
+//!   [`functional::mse_loss`]) as `torch.nn.functional` computes them;
 //! - [`bert`]: a BERT encoder (post-LN layers, multi-head self-attention with a padding mask,
 //!   erf-gelu MLP) as published by Hugging Face, with its safetensors names;
 //! - [`pooling`]: mean pooling over an attention mask and L2 normalisation;
@@ -31,6 +33,7 @@ mod activation;
 pub mod bert;
 mod init;
 mod layers;
+mod loss;
 mod minilm;
 mod module;
 pub mod pooling;
@@ -38,6 +41,11 @@ mod sequential;
 mod state;
 mod tokenizer;
 mod weights;
+
+/// Functions of `torch.nn.functional`: the losses.
+pub mod functional {
+    pub use super::loss::{cross_entropy, mse_loss, nll_loss, CrossEntropyOptions, Reduction};
+}
 
 pub use activation::{Gelu, Relu, Sigmoid, Tanh};
 pub use bert::{BertConfig, BertModel};
