@@ -6,6 +6,7 @@ mod dump;
 mod embed;
 mod inputs;
 mod run;
+mod train;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -111,6 +112,11 @@ enum Command {
     /// Time the workloads eager and compiled against this machine's measured limits
     /// (triad bandwidth, GEMM peak); `--json FILE` keeps every figure.
     Bench(bench::BenchArgs),
+    /// Train an MLP classifier eagerly (autograd, cross-entropy, SGD or AdamW) on a CSV of
+    /// features and an integer label (default: the UCI digits in ../shared/data/digits.csv):
+    /// loss per step, train accuracy, steps/s; weights in and out as safetensors with torch's
+    /// nn.Sequential names.
+    Train(train::TrainArgs),
     /// Sentence embeddings with all-MiniLM-L6-v2 from its published files (set `KILN_MINILM`
     /// with `eval "$(bash scripts/fetch-minilm.sh)"`): first values and cosine similarities.
     Embed {
@@ -247,6 +253,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Demo => demo::demo(),
         Command::Opt { file, passes } => dump::opt(&file, &passes),
         Command::Bench(args) => Ok(bench::bench(&args)?),
+        Command::Train(args) => train::train(&args),
         Command::Embed {
             texts,
             compile,
