@@ -1,5 +1,6 @@
 //! In-place methods. Each writes through the tensor's strides into its storage (so every
-//! view of it sees the change) and bumps the storage's version counter.
+//! view of it sees the change) and bumps the storage's version counter; under autograd the
+//! update is recorded and rebases the tensor's history (`autograd/inplace.rs`).
 
 use crate::error::Result;
 use crate::{Operand, Tensor};
@@ -19,28 +20,14 @@ impl Tensor {
                 "in-place ops on CUDA tensors are not supported yet (use the out-of-place op)",
             ));
         }
-        if crate::autograd::is_grad_enabled() {
-            let arg_requires = matches!(arg, Operand::Tensor(t) if t.requires_grad());
-            if self.requires_grad() && self.is_leaf() {
-                return Err(crate::Error::Autograd(
-                    "a leaf Variable that requires grad is being used in an in-place operation."
-                        .into(),
-                ));
-            }
-            if self.requires_grad() || arg_requires {
-                return Err(crate::Error::Autograd(format!(
-                    "{}: in-place ops on tensors that require grad are not supported yet (use \
-                     the out-of-place op, or run it under no_grad)",
-                    op.name()
-                )));
-            }
-        }
-        let dst = self.read(op.name())?;
-        let arg = match arg {
-            Operand::Tensor(t) => EagerArg::Tensor(t.real()?),
-            Operand::Scalar(s) => EagerArg::Scalar(s),
-        };
-        Ok(execute_inplace(op, dst, arg)?)
+        crate::autograd::record_inplace(op, self, arg, || {
+            let dst = self.read(op.name())?;
+            let arg = match arg {
+                Operand::Tensor(t) => EagerArg::Tensor(t.real()?),
+                Operand::Scalar(s) => EagerArg::Scalar(s),
+            };
+            Ok(execute_inplace(op, dst, arg)?)
+        })
     }
 
     /// Copies `src` (broadcast to this shape, cast to this dtype) into this tensor.

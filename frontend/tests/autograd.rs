@@ -219,8 +219,10 @@ fn in_place_ops_and_the_version_counter() {
         let _g = no_grad();
         a.add_(1.0).unwrap();
     }
+    // sin saves its input: updating it in place is caught (exp, which saves its result,
+    // would not need z and, as in torch, would not complain)
     let z = a.mul(2.0).unwrap();
-    let y = z.exp().unwrap();
+    let y = z.sin().unwrap();
     let v = z.version();
     {
         let _g = no_grad();
@@ -254,6 +256,68 @@ fn in_place_ops_and_the_version_counter() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("only for scalar outputs"), "{e}");
+}
+
+/// In-place ops on non-leaves rebase their history, as torch does: the update becomes the
+/// tensor's `grad_fn` (seen by every clone), gradients flow through it to the old value and
+/// to the source, and only a saved value a rule reads is version-checked.
+#[test]
+fn in_place_ops_on_non_leaves_rebase_the_history() {
+    let (a, b) = (leaf(&[3, 4], 21), leaf(&[4], 22));
+    // y = (a * 2 + b) * a, built in place; loss = sum(y * y)
+    let y = a.mul(2.0).unwrap();
+    let alias = y.clone();
+    y.add_(&b).unwrap();
+    assert_eq!(alias.grad_fn_name().as_deref(), Some("AddBackward"));
+    y.mul_(&a).unwrap();
+    assert_eq!(y.grad_fn_name().as_deref(), Some("MulBackward"));
+    assert!(!y.is_leaf() && y.requires_grad());
+    y.mul(&y).unwrap().sum(&[], false).unwrap().backward().unwrap();
+    let f = |p: &[Tensor]| {
+        let y = p[0].mul(2.0)?.add(&p[1])?.mul(&p[0])?;
+        y.mul(&y)?.sum(&[], false)
+    };
+    let params = [a.detach(), b.detach()];
+    assert_close(&vals(&a.grad().unwrap()), &finite_difference(&f, &params, 0), "a");
+    assert_close(&vals(&b.grad().unwrap()), &finite_difference(&f, &params, 1), "b");
+    // copy_ and fill_ overwrite: no gradient reaches the old value (a zero one does; had z
+    // come from exp, which saves its result, that would be the version error, as in torch)
+    let (c, d) = (leaf(&[2, 3], 23), leaf(&[3], 24));
+    let z = c.mul(3.0).unwrap();
+    z.copy_(&d).unwrap();
+    z.sum(&[], false).unwrap().backward().unwrap();
+    assert!(vals(&c.grad().unwrap()).iter().all(|&g| g == 0.0));
+    assert_eq!(vals(&d.grad().unwrap()), vec![2.0; 3]);
+    let z = c.mul(3.0).unwrap();
+    z.fill_(1.5).unwrap();
+    assert_eq!(z.grad_fn_name().as_deref(), Some("FillBackward"));
+    // a destination without autograd history becomes part of it when the source requires grad
+    let w = leaf(&[2], 25);
+    let acc = Tensor::zeros(&[2], DType::F64)
+        .unwrap()
+        .requires_grad_(false)
+        .unwrap();
+    acc.add_(&w).unwrap();
+    acc.mul(&acc).unwrap().sum(&[], false).unwrap().backward().unwrap();
+    assert_close(
+        &vals(&w.grad().unwrap()),
+        &vals(&w.mul(2.0).unwrap()),
+        "acc += w",
+    );
+    // updating in place a value a later rule reads is the version error, naming its node
+    let x = leaf(&[2], 26);
+    let h = x.mul(2.0).unwrap();
+    let s = h.sin().unwrap();
+    h.add_(1.0).unwrap();
+    let e = s.sum(&[], false).unwrap().backward().unwrap_err().to_string();
+    assert!(
+        e.contains("which is output 0 of AddBackward, is at version"),
+        "{e}"
+    );
+    // a view of a tensor that requires grad cannot be updated in place yet
+    let v = leaf(&[2, 3], 27).mul(1.0).unwrap().transpose(0, 1).unwrap();
+    let e = v.add_(1.0).unwrap_err().to_string();
+    assert!(e.contains("on a view (TransposeBackward)"), "{e}");
 }
 
 /// Ten SGD steps on a least-squares fit lower the loss, with the update under no_grad.

@@ -23,21 +23,45 @@ freed when you call .backward() or autograd.grad(). Specify retain_graph=True if
 backward through the graph a second time or if you need to access saved tensors after calling \
 backward.";
 
-/// Applies the ops a rule asks for to tensors.
-struct EagerBuilder {
+/// Applies the ops a rule asks for to tensors. A saved tensor is checked against its
+/// version when a rule first computes with it (reading only its type needs no check), so,
+/// as in torch, updating in place a value no rule reads is no error.
+struct EagerBuilder<'s> {
     vals: Vec<Tensor>,
+    /// per value, the saved tensor it is (checked on use)
+    saved: HashMap<usize, &'s SavedTensor>,
     failure: Option<Error>,
 }
 
-impl EagerBuilder {
+impl<'s> EagerBuilder<'s> {
     fn push(&mut self, t: Tensor) -> GVal {
         self.vals.push(t);
         GVal(self.vals.len() - 1)
     }
+
+    fn push_saved(&mut self, s: &'s SavedTensor) -> GVal {
+        let v = self.push(s.data.clone());
+        self.saved.insert(v.0, s);
+        v
+    }
 }
 
-impl GradBuilder for EagerBuilder {
+impl GradBuilder for EagerBuilder<'_> {
     fn apply(&mut self, op: Op, args: &[GArg]) -> std::result::Result<GVal, GradError> {
+        for a in args {
+            if let GArg::Val(v) = a {
+                if let Some(s) = self.saved.remove(&v.0) {
+                    if let Err(e) = check_version(s) {
+                        let reason = e.to_string();
+                        self.failure = Some(e);
+                        return Err(GradError::Build {
+                            op: op.name().to_string(),
+                            reason,
+                        });
+                    }
+                }
+            }
+        }
         let operands: Vec<Operand<'_>> = args
             .iter()
             .map(|a| match *a {
@@ -69,7 +93,7 @@ fn check_version(s: &SavedTensor) -> Result<()> {
     if now == s.version {
         return Ok(());
     }
-    let what = match &s.creator {
+    let what = match s.current_creator() {
         Some(n) => format!(", which is output 0 of {n},"),
         None => String::new(),
     };
@@ -227,20 +251,17 @@ pub(super) fn run(
             let saved = saved.as_ref().ok_or_else(|| err(FREED))?;
             let mut b = EagerBuilder {
                 vals: Vec::new(),
+                saved: HashMap::new(),
                 failure: None,
             };
             let mut args = Vec::new();
             for a in &saved.args {
                 args.push(match a {
-                    SavedArg::Tensor(s) => {
-                        check_version(s)?;
-                        GArg::Val(b.push(s.data.clone()))
-                    }
+                    SavedArg::Tensor(s) => GArg::Val(b.push_saved(s)),
                     SavedArg::Scalar(s) => GArg::Scalar(*s),
                 });
             }
-            check_version(&saved.out)?;
-            let out = b.push(saved.out.data.clone());
+            let out = b.push_saved(&saved.out);
             let gv = b.push(g);
             let call = GradCall {
                 op: &n.op,

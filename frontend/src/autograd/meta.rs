@@ -18,8 +18,9 @@ pub(crate) type Hook = Box<dyn Fn(&Tensor) -> Result<Option<Tensor>> + Send + Sy
 pub(crate) struct Meta {
     /// the flag `requires_grad_` sets (always true for a recorded result)
     pub(crate) requires_grad: AtomicBool,
-    /// the node that made it; `None` for a leaf
-    pub(crate) grad_fn: Option<Arc<Node>>,
+    /// the node that made it; `None` for a leaf (replaced when an in-place op rebases the
+    /// tensor's history, so every clone sees the new node)
+    pub(crate) grad_fn: Mutex<Option<Arc<Node>>>,
     /// the accumulated gradient (leaves, and non-leaves that retain it)
     pub(crate) grad: Mutex<Option<Tensor>>,
     /// a non-leaf that keeps its gradient (`retain_grad`)
@@ -32,7 +33,7 @@ impl Meta {
     pub(crate) fn leaf(requires_grad: bool) -> Meta {
         Meta {
             requires_grad: AtomicBool::new(requires_grad),
-            grad_fn: None,
+            grad_fn: Mutex::new(None),
             grad: Mutex::new(None),
             retains_grad: AtomicBool::new(false),
             hooks: Mutex::new(Vec::new()),
@@ -42,14 +43,33 @@ impl Meta {
     pub(crate) fn requires_grad(&self) -> bool {
         self.requires_grad.load(Ordering::Relaxed)
     }
+
+    /// The node that made the tensor, if any.
+    pub(crate) fn grad_fn(&self) -> Option<Arc<Node>> {
+        self.grad_fn.lock().clone()
+    }
 }
 
 /// A tensor saved for backward: its data (detached) and its version when saved.
 pub(crate) struct SavedTensor {
     pub(crate) data: Tensor,
     pub(crate) version: u64,
-    /// the name of the node that made it (for the version error), if any
+    /// the name of the node that made it when saved (for the version error), if any
     pub(crate) creator: Option<String>,
+    /// the tensor's meta: the version error names its node at the time of the error (an
+    /// in-place update makes a new one), as torch does
+    pub(crate) owner: Weak<Meta>,
+}
+
+impl SavedTensor {
+    /// The name of the node that made the saved tensor's current value.
+    pub(crate) fn current_creator(&self) -> Option<String> {
+        self.owner
+            .upgrade()
+            .and_then(|m| m.grad_fn())
+            .map(|n| n.name.clone())
+            .or_else(|| self.creator.clone())
+    }
 }
 
 /// An operand as saved.
@@ -94,7 +114,7 @@ impl Node {
 }
 
 /// `MulBackward` for `mul`, `LogSoftmaxBackward` for `log_softmax`.
-fn backward_name(op: &Op) -> String {
+pub(super) fn backward_name(op: &Op) -> String {
     let mut s = String::new();
     for part in op.name().split('_').filter(|p| !p.is_empty()) {
         let mut c = part.chars();
@@ -110,8 +130,8 @@ impl Tensor {
     /// Where this tensor's gradient goes, if it requires grad.
     pub(crate) fn edge(&self) -> Option<Edge> {
         let m = self.grad_meta.as_ref()?;
-        match &m.grad_fn {
-            Some(n) => Some(Edge::Node(n.clone())),
+        match m.grad_fn() {
+            Some(n) => Some(Edge::Node(n)),
             None if m.requires_grad() => Some(Edge::Leaf(m.clone())),
             None => None,
         }
@@ -125,7 +145,8 @@ impl Tensor {
             creator: self
                 .grad_meta
                 .as_ref()
-                .and_then(|m| m.grad_fn.as_ref().map(|n| n.name.clone())),
+                .and_then(|m| m.grad_fn().map(|n| n.name.clone())),
+            owner: self.grad_meta.as_ref().map_or(Weak::new(), Arc::downgrade),
         }
     }
 }
@@ -173,12 +194,15 @@ pub(crate) fn record(op: &Op, args: &[Operand<'_>], out: Tensor) -> Tensor {
     });
     let meta = Arc::new(Meta {
         requires_grad: AtomicBool::new(true),
-        grad_fn: Some(node.clone()),
+        grad_fn: Mutex::new(Some(node.clone())),
         grad: Mutex::new(None),
         retains_grad: AtomicBool::new(false),
         hooks: Mutex::new(Vec::new()),
     });
     *node.out_meta.lock() = Arc::downgrade(&meta);
+    if let Some(saved) = node.saved.lock().as_mut() {
+        saved.out.owner = Arc::downgrade(&meta);
+    }
     Tensor {
         repr: out.repr,
         grad_meta: Some(meta),

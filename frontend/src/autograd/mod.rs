@@ -13,12 +13,15 @@
 //! | --- | --- |
 //! | `meta.rs` | what a tensor carries ([`Meta`]), the recorded [`Node`]s, recording |
 //! | `engine.rs` | the backward pass: ordering, accumulation, hooks, errors |
+//! | `inplace.rs` | in-place ops on tensors that require grad: recording, rebasing |
 //! | `tensor_api.rs` | the `Tensor` methods (`requires_grad_`, `backward`, `grad`, ...) |
 
 mod engine;
+mod inplace;
 mod meta;
 mod tensor_api;
 
+pub(crate) use inplace::run as record_inplace;
 pub use meta::Node;
 pub(crate) use meta::{record, Meta};
 

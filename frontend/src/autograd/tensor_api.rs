@@ -30,7 +30,7 @@ impl Tensor {
             ));
         }
         match &self.grad_meta {
-            Some(m) if m.grad_fn.is_some() => {
+            Some(m) if m.grad_fn().is_some() => {
                 if requires_grad {
                     return Ok(self);
                 }
@@ -57,7 +57,7 @@ impl Tensor {
     /// True for a tensor no recorded op made (every tensor that does not require grad,
     /// and the ones marked with [`Tensor::requires_grad_`]).
     pub fn is_leaf(&self) -> bool {
-        self.grad_meta.as_ref().is_none_or(|m| m.grad_fn.is_none())
+        self.grad_meta.as_ref().is_none_or(|m| m.grad_fn().is_none())
     }
 
     /// The accumulated gradient: `None` until a backward reaches this tensor (a leaf, or a
@@ -85,7 +85,7 @@ impl Tensor {
     /// torch's name of the node that made this tensor (`MulBackward`), `None` for a leaf.
     pub fn grad_fn_name(&self) -> Option<String> {
         let m = self.grad_meta.as_ref()?;
-        m.grad_fn.as_ref().map(|n| n.name().to_string())
+        m.grad_fn().map(|n| n.name().to_string())
     }
 
     /// Backward from this one-element tensor: accumulates d(self)/d(leaf) into every leaf
