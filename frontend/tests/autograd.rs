@@ -272,14 +272,27 @@ fn in_place_ops_on_non_leaves_rebase_the_history() {
     y.mul_(&a).unwrap();
     assert_eq!(y.grad_fn_name().as_deref(), Some("MulBackward"));
     assert!(!y.is_leaf() && y.requires_grad());
-    y.mul(&y).unwrap().sum(&[], false).unwrap().backward().unwrap();
+    y.mul(&y)
+        .unwrap()
+        .sum(&[], false)
+        .unwrap()
+        .backward()
+        .unwrap();
     let f = |p: &[Tensor]| {
         let y = p[0].mul(2.0)?.add(&p[1])?.mul(&p[0])?;
         y.mul(&y)?.sum(&[], false)
     };
     let params = [a.detach(), b.detach()];
-    assert_close(&vals(&a.grad().unwrap()), &finite_difference(&f, &params, 0), "a");
-    assert_close(&vals(&b.grad().unwrap()), &finite_difference(&f, &params, 1), "b");
+    assert_close(
+        &vals(&a.grad().unwrap()),
+        &finite_difference(&f, &params, 0),
+        "a",
+    );
+    assert_close(
+        &vals(&b.grad().unwrap()),
+        &finite_difference(&f, &params, 1),
+        "b",
+    );
     // copy_ and fill_ overwrite: no gradient reaches the old value (a zero one does; had z
     // come from exp, which saves its result, that would be the version error, as in torch)
     let (c, d) = (leaf(&[2, 3], 23), leaf(&[3], 24));
@@ -298,7 +311,12 @@ fn in_place_ops_on_non_leaves_rebase_the_history() {
         .requires_grad_(false)
         .unwrap();
     acc.add_(&w).unwrap();
-    acc.mul(&acc).unwrap().sum(&[], false).unwrap().backward().unwrap();
+    acc.mul(&acc)
+        .unwrap()
+        .sum(&[], false)
+        .unwrap()
+        .backward()
+        .unwrap();
     assert_close(
         &vals(&w.grad().unwrap()),
         &vals(&w.mul(2.0).unwrap()),
@@ -309,7 +327,12 @@ fn in_place_ops_on_non_leaves_rebase_the_history() {
     let h = x.mul(2.0).unwrap();
     let s = h.sin().unwrap();
     h.add_(1.0).unwrap();
-    let e = s.sum(&[], false).unwrap().backward().unwrap_err().to_string();
+    let e = s
+        .sum(&[], false)
+        .unwrap()
+        .backward()
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("which is output 0 of AddBackward, is at version"),
         "{e}"

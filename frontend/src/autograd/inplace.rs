@@ -67,9 +67,8 @@ pub(crate) fn run(
         copy.copy_(dst)?;
         copy
     } else {
-        Tensor::zeros(&[], dst.dtype())?.expand(
-            &dst.shape().iter().map(|&d| d as i64).collect::<Vec<_>>(),
-        )?
+        Tensor::zeros(&[], dst.dtype())?
+            .expand(&dst.shape().iter().map(|&d| d as i64).collect::<Vec<_>>())?
     };
     let edges = vec![
         old.clone().map(super::meta::Edge::Node),

@@ -57,7 +57,9 @@ impl Tensor {
     /// True for a tensor no recorded op made (every tensor that does not require grad,
     /// and the ones marked with [`Tensor::requires_grad_`]).
     pub fn is_leaf(&self) -> bool {
-        self.grad_meta.as_ref().is_none_or(|m| m.grad_fn().is_none())
+        self.grad_meta
+            .as_ref()
+            .is_none_or(|m| m.grad_fn().is_none())
     }
 
     /// The accumulated gradient: `None` until a backward reaches this tensor (a leaf, or a
