@@ -106,6 +106,41 @@ fn adamw_trains_the_digits_past_95_percent_and_reports_json() {
     assert_eq!(o["shuffle"], serde_json::Value::Null);
 }
 
+/// `--fused` (one pass per parameter, all parameters in one loop) trains the same: the loss
+/// curve follows the unfused one to rounding, and the accuracy passes 95%.
+#[test]
+fn fused_adamw_follows_the_unfused_loss_curve() {
+    let data = digits();
+    let mut curves = Vec::new();
+    for fused in [false, true] {
+        let json = tmp(&format!("fused_{fused}.json"), "");
+        let mut args = vec![
+            "train",
+            "--data",
+            &data,
+            "--steps",
+            "100",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        if fused {
+            args.push("--fused");
+        }
+        let (ok, _, err) = kiln(&args);
+        assert!(ok, "{err}");
+        let doc = read_json(&json);
+        assert_eq!(doc["options"]["fused"], fused);
+        assert!(doc["train_accuracy"].as_f64().unwrap() >= 0.95, "{doc}");
+        curves.push(losses(&doc));
+    }
+    for (k, (a, b)) in curves[0].iter().zip(&curves[1]).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 * a.abs(),
+            "step {k}: unfused {a} vs fused {b}"
+        );
+    }
+}
+
 #[test]
 fn save_then_init_gives_back_the_same_loss() {
     // full batches (all 30 rows), so the step-0 loss of a run started from the saved

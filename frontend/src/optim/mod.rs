@@ -3,9 +3,12 @@
 //! correction, amsgrad). Each holds its parameters (leaf tensors that require grad; clones
 //! share storage with the model's, so updates in place are seen there), updates them in
 //! place under `no_grad` in `step`, skips those whose `.grad` is `None`, and exposes its
-//! state as named tensors (`state.<i>.<buffer>`) to save and restore.
+//! state as named tensors (`state.<i>.<buffer>`) to save and restore. With `.fused(true)`
+//! a step is one pass over each parameter's elements, all parameters in one parallel loop
+//! (torch's `fused=True`, `fused.rs`).
 
 mod adamw;
+mod fused;
 mod sgd;
 
 pub use adamw::AdamW;

@@ -1,6 +1,6 @@
 //! Stochastic gradient descent, as `torch.optim.SGD` computes it.
 
-use super::{check_params, find, Optimizer};
+use super::{check_params, find, fused, Optimizer};
 use crate::autograd::no_grad;
 use crate::error::Result;
 use crate::Tensor;
@@ -20,6 +20,9 @@ pub struct Sgd {
     pub weight_decay: f64,
     /// Nesterov momentum
     pub nesterov: bool,
+    /// one fused pass per parameter, all parameters in one parallel loop (torch's
+    /// `fused=True`; see [`Sgd::fused`])
+    pub fused: bool,
     buffers: Vec<Option<Tensor>>,
 }
 
@@ -35,6 +38,7 @@ impl Sgd {
             dampening: 0.0,
             weight_decay: 0.0,
             nesterov: false,
+            fused: false,
             buffers: vec![None; n],
         })
     }
@@ -52,11 +56,66 @@ impl Sgd {
         self.weight_decay = weight_decay;
         self
     }
+
+    /// Runs each step as one fused pass over every parameter's elements, all parameters in
+    /// parallel (torch's `fused=True`), instead of several eager ops per parameter. The
+    /// momentum buffers are then updated in place. Parameters that are not contiguous
+    /// f32/f64 CPU tensors take the unfused path.
+    pub fn fused(mut self, fused: bool) -> Sgd {
+        self.fused = fused;
+        self
+    }
+
+    /// The fused step (see [`Sgd::fused`]).
+    fn fused_step(&mut self) -> Result<()> {
+        let (lr, m, damp, wd, nesterov) = (
+            self.lr,
+            self.momentum,
+            self.dampening,
+            self.weight_decay,
+            self.nesterov,
+        );
+        let mut work = Vec::new();
+        for (p, buf) in self.params.iter().zip(&mut self.buffers) {
+            let Some(g) = p.grad() else {
+                continue;
+            };
+            // a new buffer starts as the gradient itself (torch's `clone(d_p)`)
+            let first = m != 0.0 && buf.is_none();
+            if m != 0.0 {
+                *buf = Some(match buf.take() {
+                    Some(b) => b.contiguous()?,
+                    None => Tensor::zeros(p.shape(), p.dtype())?,
+                });
+            }
+            work.push((p, g, buf.as_ref(), first));
+        }
+        let slots = work
+            .into_iter()
+            .map(|(p, g, buf, first)| fused::Slot {
+                param: p,
+                grad: g,
+                state: buf.into_iter().collect(),
+                update: fused::Update::Sgd {
+                    lr,
+                    momentum: m,
+                    dampening: damp,
+                    weight_decay: wd,
+                    nesterov,
+                    first,
+                },
+            })
+            .collect();
+        fused::run(slots)
+    }
 }
 
 impl Optimizer for Sgd {
     fn step(&mut self) -> Result<()> {
         let _off = no_grad();
+        if self.fused && self.params.iter().all(fused::supported) {
+            return self.fused_step();
+        }
         for (p, buf) in self.params.iter().zip(&mut self.buffers) {
             let Some(mut g) = p.grad() else {
                 continue;
