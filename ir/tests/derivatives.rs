@@ -235,16 +235,21 @@ fn values(n: usize, seed: u64) -> Vec<f64> {
         .collect()
 }
 
-/// `sum(op(inputs) * w)` evaluated by the interpreter.
-fn loss(op: &Op, inputs: &[Value], w: &[f64]) -> f64 {
-    let mut e = Eval::default();
-    let args: Vec<GArg> = inputs
+/// `inputs` as operands of the builder.
+fn load(e: &mut Eval, inputs: &[Value]) -> Vec<GArg> {
+    inputs
         .iter()
         .map(|v| {
             e.vals.push(v.clone());
             GArg::Val(GVal(e.vals.len() - 1))
         })
-        .collect();
+        .collect()
+}
+
+/// `sum(op(inputs) * w)` evaluated by the interpreter.
+fn loss(op: &Op, inputs: &[Value], w: &[f64]) -> f64 {
+    let mut e = Eval::default();
+    let args = load(&mut e, inputs);
     let y = e.apply(op.clone(), &args).unwrap();
     e.vals[y.0].data.iter().zip(w).map(|(a, b)| a * b).sum()
 }
@@ -255,13 +260,7 @@ fn loss(op: &Op, inputs: &[Value], w: &[f64]) -> f64 {
 fn check_op(text: &str, inputs: Vec<Value>) {
     let op = kiln_ir::text::parse_op(text).unwrap_or_else(|e| panic!("{text}: {e}"));
     let mut e = Eval::default();
-    let args: Vec<GArg> = inputs
-        .iter()
-        .map(|v| {
-            e.vals.push(v.clone());
-            GArg::Val(GVal(e.vals.len() - 1))
-        })
-        .collect();
+    let args = load(&mut e, &inputs);
     let out = e.apply(op.clone(), &args).unwrap();
     let (n, shape) = (e.vals[out.0].data.len(), e.vals[out.0].shape.clone());
     let w = values(n, 99);

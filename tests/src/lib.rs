@@ -305,3 +305,67 @@ pub fn binary_suite(b: kiln::ir::BinaryOp) -> Option<&'static str> {
         DTypeRule::Own => None,
     }
 }
+
+/// Every graph of the text-format corpus (`ir/tests/corpus/*.kir`), named `file:@graph`, in
+/// file order.
+pub fn corpus() -> Vec<(String, Graph)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir/tests/corpus");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the corpus directory")
+        .map(|e| e.expect("a corpus entry").path())
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("a corpus file");
+        for g in kiln::ir::text::parse_module(&text).expect("the corpus parses") {
+            let name = format!("{}:@{}", f.file_name().unwrap().to_string_lossy(), g.name());
+            out.push((name, g));
+        }
+    }
+    out
+}
+
+/// The size a corpus test binds symbol `s` to: distinct small sizes per symbol, so that a
+/// mix-up of two symbols shows.
+pub fn symbol_size(s: &str) -> usize {
+    2 + s.bytes().map(usize::from).sum::<usize>() % 4
+}
+
+/// Random inputs for `g` (symbolic dims bound by [`symbol_size`]): integers valid as indices
+/// into any table of size ≥ 2, random masks, normal floats.
+pub fn corpus_inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
+    g.inputs()
+        .iter()
+        .enumerate()
+        .map(|(k, (_, id))| {
+            let ty = &g.node(*id).ty;
+            let shape: Vec<usize> = ty
+                .shape
+                .dims()
+                .iter()
+                .map(|d| match d {
+                    kiln::Dim::Const(n) => *n,
+                    kiln::Dim::Sym(s) => symbol_size(s),
+                })
+                .collect();
+            let s = seed + k as u64;
+            match ty.dtype {
+                DType::I32 | DType::I64 => (&Tensor::rand(&shape, DType::F64, s).unwrap() * 2.0)
+                    .unwrap()
+                    .cast(ty.dtype)
+                    .unwrap(),
+                DType::Bool => Tensor::rand(&shape, DType::F32, s)
+                    .unwrap()
+                    .lt(0.5)
+                    .unwrap(),
+                d => Tensor::randn(&shape, d, s).unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// A tensor's values as the interpreter's.
+pub fn value(t: &Tensor) -> Value {
+    Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64().unwrap()).unwrap()
+}

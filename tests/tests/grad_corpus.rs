@@ -1,29 +1,24 @@
 //! The derivative rules through the `grad` pass agree with eager autograd on every graph of
 //! the text-format corpus (`ir/tests/corpus/*.kir`) with a floating first output: the graph
-//! (symbolic dims bound to small sizes) gets the loss `sum(out0 * w)` for random weights `w`; its joint graph
-//! runs on the interpreter and on the eager runtime, and the same loss graph runs eagerly
+//! (symbolic dims bound to small sizes) gets the loss `sum(out0 * w)` for random weights
+//! `w`; its joint graph runs on the interpreter and on the eager runtime, and the same loss graph runs eagerly
 //! with its floating inputs as leaves that require grad, then `backward()`. All three give
 //! the same gradient for every floating input. Graphs that update an input in place are the
 //! exception eager autograd makes, as torch does (an in-place op on a leaf that requires
 //! grad is an error): they are listed, and the test checks the list.
 
 use kiln::ir::interp::{eval, Value};
-use kiln::ir::text::parse_module;
 use kiln::ir::{Arg, BinaryOp, Op, ReduceOp};
 use kiln::{DType, Dim, Graph, Tensor, TensorType};
+use kiln_tests::{corpus, corpus_inputs, symbol_size, value};
 use std::collections::HashMap;
-
-/// Distinct small sizes per symbol, so that a mix-up of two symbols shows.
-fn size_of(s: &str) -> usize {
-    2 + s.bytes().map(usize::from).sum::<usize>() % 4
-}
 
 /// `g` with every symbolic dim bound (types inferred again), its first output replaced by
 /// the loss `sum(out0 * loss_weight)` (a new input of out0's type: random weights, so no
 /// invariance of the graph, such as a normalised output's constant sum of squares, hides a
 /// wrong gradient) as the only output.
 fn loss_graph(g: &Graph) -> Graph {
-    let lookup = |s: &str| Some(size_of(s));
+    let lookup = |s: &str| Some(symbol_size(s));
     let mut out = Graph::new(g.name());
     let mut map = HashMap::new();
     for (id, node) in g.nodes() {
@@ -35,7 +30,7 @@ fn loss_graph(g: &Graph) -> Graph {
                 .dims()
                 .iter()
                 .map(|d| match d {
-                    Dim::Sym(s) => Dim::Const(size_of(s)),
+                    Dim::Sym(s) => Dim::Const(symbol_size(s)),
                     d => d.clone(),
                 })
                 .collect();
@@ -83,35 +78,6 @@ fn loss_graph(g: &Graph) -> Graph {
     out
 }
 
-/// Random inputs: indices valid for any table of size ≥ 2, masks, normal floats.
-fn inputs(g: &Graph, seed: u64) -> Vec<Tensor> {
-    g.inputs()
-        .iter()
-        .enumerate()
-        .map(|(k, (_, id))| {
-            let ty = &g.node(*id).ty;
-            let shape: Vec<usize> = ty
-                .shape
-                .dims()
-                .iter()
-                .map(|d| d.as_const().unwrap())
-                .collect();
-            let s = seed + k as u64;
-            match ty.dtype {
-                DType::I32 | DType::I64 => (&Tensor::rand(&shape, DType::F64, s).unwrap() * 2.0)
-                    .unwrap()
-                    .cast(ty.dtype)
-                    .unwrap(),
-                DType::Bool => Tensor::rand(&shape, DType::F32, s)
-                    .unwrap()
-                    .lt(0.5)
-                    .unwrap(),
-                d => Tensor::randn(&shape, d, s).unwrap(),
-            }
-        })
-        .collect()
-}
-
 /// `|got - want| <= rel * (|want| + max |want|)` per element, `rel` by dtype.
 fn close(what: &str, got: &[f64], want: &[f64], dtype: DType) {
     let rel = match dtype {
@@ -129,86 +95,72 @@ fn close(what: &str, got: &[f64], want: &[f64], dtype: DType) {
     }
 }
 
-fn value(t: &Tensor) -> Value {
-    Value::new(t.dtype(), t.shape().to_vec(), t.to_vec_f64().unwrap()).unwrap()
-}
-
 #[test]
 fn graph_gradients_agree_with_eager_backward_on_the_corpus() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir/tests/corpus");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
     let mut checked = 0;
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        for g in parse_module(&text).unwrap() {
-            let name = format!("{}:@{}", f.file_name().unwrap().to_string_lossy(), g.name());
-            let Some(&out0) = g.outputs().first() else {
-                continue;
-            };
-            if !g.node(out0).ty.dtype.is_float() {
-                continue;
-            }
-            let lg = loss_graph(&g);
-            let joint = kiln_passes::grad::grad(&lg);
-            let joint = joint.unwrap_or_else(|e| panic!("{name}: grad: {e}"));
-            let x = inputs(&lg, 23);
-            let floats: Vec<usize> = (0..x.len()).filter(|&i| x[i].dtype().is_float()).collect();
-            // the joint graph on the interpreter and on the eager runtime
-            let values: Vec<Value> = x.iter().map(value).collect();
-            let oracle = eval(&joint, &values).unwrap_or_else(|e| panic!("{name}: interp: {e}"));
-            let graph_eager = kiln::graph_exec::run_graph(&joint, &x)
-                .unwrap_or_else(|e| panic!("{name}: eager joint graph: {e}"));
-            assert_eq!(oracle.len(), 1 + floats.len(), "{name}");
-            // eager autograd on the loss graph
-            let leaves: Vec<Tensor> = x
-                .iter()
-                .map(|t| {
-                    if t.dtype().is_float() {
-                        t.detach().requires_grad_(true).unwrap()
-                    } else {
-                        t.clone()
-                    }
-                })
-                .collect();
-            let loss = kiln::graph_exec::run_graph(&lg, &leaves)
-                .unwrap_or_else(|e| panic!("{name}: eager: {e}"));
-            // a loss no floating input reaches differentiably (through argmax, a comparison)
-            // does not require grad: torch's backward refuses it, and every gradient is zero
-            if loss[0].requires_grad() {
-                loss[0]
-                    .backward()
-                    .unwrap_or_else(|e| panic!("{name}: backward: {e}"));
-            }
-            for (k, &i) in floats.iter().enumerate() {
-                let what = format!("{name}: grad_{}", lg.inputs()[i].0);
-                let want = &oracle[1 + k].data;
-                let eager = match leaves[i].grad() {
-                    Some(t) => t.to_vec_f64().unwrap(),
-                    None => vec![0.0; want.len()],
-                };
-                // gradients chain many ops and sum over batches: compared norm-wise, each
-                // element within a tolerance of the tensor's largest (f32 against the
-                // interpreter's f64)
-                close(
-                    &format!("{what} (eager backward)"),
-                    &eager,
-                    want,
-                    x[i].dtype(),
-                );
-                let ge = graph_eager[1 + k].to_vec_f64().unwrap();
-                close(
-                    &format!("{what} (joint graph, eager)"),
-                    &ge,
-                    want,
-                    x[i].dtype(),
-                );
-            }
-            checked += 1;
+    for (name, g) in corpus() {
+        let Some(&out0) = g.outputs().first() else {
+            continue;
+        };
+        if !g.node(out0).ty.dtype.is_float() {
+            continue;
         }
+        let lg = loss_graph(&g);
+        let joint = kiln_passes::grad::grad(&lg);
+        let joint = joint.unwrap_or_else(|e| panic!("{name}: grad: {e}"));
+        let x = corpus_inputs(&lg, 23);
+        let floats: Vec<usize> = (0..x.len()).filter(|&i| x[i].dtype().is_float()).collect();
+        // the joint graph on the interpreter and on the eager runtime
+        let values: Vec<Value> = x.iter().map(value).collect();
+        let oracle = eval(&joint, &values).unwrap_or_else(|e| panic!("{name}: interp: {e}"));
+        let graph_eager = kiln::graph_exec::run_graph(&joint, &x)
+            .unwrap_or_else(|e| panic!("{name}: eager joint graph: {e}"));
+        assert_eq!(oracle.len(), 1 + floats.len(), "{name}");
+        // eager autograd on the loss graph
+        let leaves: Vec<Tensor> = x
+            .iter()
+            .map(|t| {
+                if t.dtype().is_float() {
+                    t.detach().requires_grad_(true).unwrap()
+                } else {
+                    t.clone()
+                }
+            })
+            .collect();
+        let loss = kiln::graph_exec::run_graph(&lg, &leaves)
+            .unwrap_or_else(|e| panic!("{name}: eager: {e}"));
+        // a loss no floating input reaches differentiably (through argmax, a comparison)
+        // does not require grad: torch's backward refuses it, and every gradient is zero
+        if loss[0].requires_grad() {
+            loss[0]
+                .backward()
+                .unwrap_or_else(|e| panic!("{name}: backward: {e}"));
+        }
+        for (k, &i) in floats.iter().enumerate() {
+            let what = format!("{name}: grad_{}", lg.inputs()[i].0);
+            let want = &oracle[1 + k].data;
+            let eager = match leaves[i].grad() {
+                Some(t) => t.to_vec_f64().unwrap(),
+                None => vec![0.0; want.len()],
+            };
+            // gradients chain many ops and sum over batches: compared norm-wise, each
+            // element within a tolerance of the tensor's largest (f32 against the
+            // interpreter's f64)
+            close(
+                &format!("{what} (eager backward)"),
+                &eager,
+                want,
+                x[i].dtype(),
+            );
+            let ge = graph_eager[1 + k].to_vec_f64().unwrap();
+            close(
+                &format!("{what} (joint graph, eager)"),
+                &ge,
+                want,
+                x[i].dtype(),
+            );
+        }
+        checked += 1;
     }
     assert!(checked >= 30, "{checked} corpus graphs checked");
 }

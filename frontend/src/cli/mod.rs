@@ -52,53 +52,11 @@ enum Command {
         dynamic: bool,
     },
     /// Run a graph of a .kir file on random or given inputs and print (or save) its outputs.
-    Run {
-        /// the IR file
-        file: PathBuf,
-        /// which graph of the file (default: the first)
-        #[arg(long)]
-        graph: Option<String>,
-        /// seed of the random inputs
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// a safetensors file whose tensors are matched to inputs by name
-        #[arg(long)]
-        inputs: Option<PathBuf>,
-        /// write the outputs as out0, out1, ... to this safetensors file
-        #[arg(long)]
-        output: Option<PathBuf>,
-        /// the executor
-        #[arg(long, value_enum, default_value_t = Backend::Interp)]
-        backend: Backend,
-        /// size of a symbolic dim for random inputs, e.g. `--dim B=4` (repeatable)
-        #[arg(long = "dim", value_parser = parse_dim)]
-        dims: Vec<(String, usize)>,
-    },
+    Run(run::RunArgs),
     /// Differentiate a graph whose first output is a scalar: run its joint forward and
     /// backward graph (the `grad` pass) and print (or save) `out0`, ... and `grad_<input>` for
     /// every floating input, named so that gradients compare with PyTorch's by name.
-    Grad {
-        /// the IR file
-        file: PathBuf,
-        /// which graph of the file (default: the first)
-        #[arg(long)]
-        graph: Option<String>,
-        /// seed of the random inputs
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// a safetensors file whose tensors are matched to inputs by name
-        #[arg(long)]
-        inputs: Option<PathBuf>,
-        /// write the outputs and gradients to this safetensors file
-        #[arg(long)]
-        output: Option<PathBuf>,
-        /// the executor
-        #[arg(long, value_enum, default_value_t = Backend::Interp)]
-        backend: Backend,
-        /// size of a symbolic dim for random inputs, e.g. `--dim B=4` (repeatable)
-        #[arg(long = "dim", value_parser = parse_dim)]
-        dims: Vec<(String, usize)>,
-    },
+    Grad(run::RunArgs),
     /// Show kiln working: eager tensors, a graph in the text format, interpreter vs eager.
     Demo,
     /// Run optimiser passes on a .kir file and print the result (like mlir-opt).
@@ -187,7 +145,7 @@ fn parse_shape(s: &str) -> Result<ShapeArg, String> {
         .map(ShapeArg)
 }
 
-fn parse_dim(s: &str) -> Result<(String, usize), String> {
+pub(crate) fn parse_dim(s: &str) -> Result<(String, usize), String> {
     let (name, size) = s
         .split_once('=')
         .ok_or_else(|| format!("expected NAME=SIZE, got `{s}`"))?;
@@ -216,40 +174,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             }
             (None, None) => Err("give a .kir file or --model NAME".into()),
         },
-        Command::Run {
-            file,
-            graph,
-            seed,
-            inputs,
-            output,
-            backend,
-            dims,
-        } => run::run(&run::RunArgs {
-            file,
-            graph,
-            seed,
-            inputs,
-            output,
-            backend,
-            dims,
-        }),
-        Command::Grad {
-            file,
-            graph,
-            seed,
-            inputs,
-            output,
-            backend,
-            dims,
-        } => run::grad(&run::RunArgs {
-            file,
-            graph,
-            seed,
-            inputs,
-            output,
-            backend,
-            dims,
-        }),
+        Command::Run(args) => run::run(&args),
+        Command::Grad(args) => run::grad(&args),
         Command::Demo => demo::demo(),
         Command::Opt { file, passes } => dump::opt(&file, &passes),
         Command::Bench(args) => Ok(bench::bench(&args)?),

@@ -9,14 +9,29 @@ use kiln::ir::interp::{eval, Value};
 use kiln::Tensor;
 use std::path::PathBuf;
 
-/// The options of `kiln run`.
+/// The options of `kiln run` and `kiln grad`.
+#[derive(clap::Args, Debug)]
 pub struct RunArgs {
+    /// the IR file
     pub file: PathBuf,
+    /// which graph of the file (default: the first)
+    #[arg(long)]
     pub graph: Option<String>,
+    /// seed of the random inputs
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// a safetensors file whose tensors are matched to inputs by name
+    #[arg(long)]
     pub inputs: Option<PathBuf>,
+    /// write the outputs as out0, out1, ... (and, for `kiln grad`, the gradients as
+    /// grad_<input>) to this safetensors file
+    #[arg(long)]
     pub output: Option<PathBuf>,
+    /// the executor
+    #[arg(long, value_enum, default_value_t = Backend::Interp)]
     pub backend: Backend,
+    /// size of a symbolic dim for random inputs, e.g. `--dim B=4` (repeatable)
+    #[arg(long = "dim", value_parser = super::parse_dim)]
     pub dims: Vec<(String, usize)>,
 }
 

@@ -106,7 +106,7 @@ impl AdamW {
                     param: p,
                     grad: g,
                     state,
-                    update: fused::Update::AdamW {
+                    update: fused::Update::AdamW(fused::AdamWStep {
                         lr,
                         b1,
                         b2,
@@ -114,7 +114,7 @@ impl AdamW {
                         weight_decay: wd,
                         c2,
                         step_size,
-                    },
+                    }),
                 }
             })
             .collect();

@@ -2,8 +2,8 @@
 //! over its elements, and all parameters run in one parallel loop (horizontal fusion, the
 //! multi-tensor-apply idea), instead of a dozen eager ops, each a kernel and an allocation,
 //! per parameter. The parameter and its optimiser state are updated in place (their
-//! versions bumped, as in-place ops would); each element is computed in the parameter's dtype in the
-//! order of the unfused update (as torch's fused kernels do), so fused and unfused agree to
+//! versions bumped, as in-place ops would); each element is computed in the parameter's
+//! dtype in the order of the unfused update (as torch's fused kernels do), so fused and unfused agree to
 //! rounding.
 
 use crate::error::{invalid, Result};
@@ -16,25 +16,36 @@ use rayon::prelude::*;
 /// amsgrad, the maximum of the second (AdamW; amsgrad is that third buffer's presence).
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Update {
-    /// torch's SGD (`first`: the momentum buffer starts as the gradient)
-    Sgd {
-        lr: f64,
-        momentum: f64,
-        dampening: f64,
-        weight_decay: f64,
-        nesterov: bool,
-        first: bool,
-    },
-    /// torch's AdamW; `c2` is `sqrt(1 - β2^t)`, `step_size` is `lr / (1 - β1^t)`
-    AdamW {
-        lr: f64,
-        b1: f64,
-        b2: f64,
-        eps: f64,
-        weight_decay: f64,
-        c2: f64,
-        step_size: f64,
-    },
+    /// torch's SGD
+    Sgd(SgdStep),
+    /// torch's AdamW
+    AdamW(AdamWStep),
+}
+
+/// One SGD step's hyperparameters.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SgdStep {
+    pub lr: f64,
+    pub momentum: f64,
+    pub dampening: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+    /// the momentum buffer starts as the gradient (its first step)
+    pub first: bool,
+}
+
+/// One AdamW step's hyperparameters, with the bias corrections of the parameter's step.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AdamWStep {
+    pub lr: f64,
+    pub b1: f64,
+    pub b2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// `sqrt(1 - β2^t)`
+    pub c2: f64,
+    /// `lr / (1 - β1^t)`
+    pub step_size: f64,
 }
 
 /// The arithmetic of a fused step, in the parameter's dtype (as torch's fused kernels
@@ -71,25 +82,14 @@ impl Real for f64 {
 
 /// SGD over one parameter's elements, torch's order: weight decay into the gradient, the
 /// momentum buffer, nesterov, the step.
-#[allow(clippy::too_many_arguments)]
-fn sgd<T: Real>(
-    ps: &mut [T],
-    gs: &[T],
-    buf: Option<&mut [T]>,
-    lr: f64,
-    momentum: f64,
-    dampening: f64,
-    weight_decay: f64,
-    nesterov: bool,
-    first: bool,
-) {
+fn sgd<T: Real>(ps: &mut [T], gs: &[T], buf: Option<&mut [T]>, u: SgdStep) {
     let (lr, m, d, wd) = (
-        T::c(-lr),
-        T::c(momentum),
-        T::c(1.0 - dampening),
-        T::c(weight_decay),
+        T::c(-u.lr),
+        T::c(u.momentum),
+        T::c(1.0 - u.dampening),
+        T::c(u.weight_decay),
     );
-    let decay = weight_decay != 0.0;
+    let (decay, first, nesterov) = (u.weight_decay != 0.0, u.first, u.nesterov);
     match buf {
         None => {
             for (p, &g) in ps.iter_mut().zip(gs) {
@@ -111,25 +111,18 @@ fn sgd<T: Real>(
 
 /// AdamW over one parameter's elements, torch's order: decoupled decay, the first moment
 /// (as a lerp), the second, the amsgrad maximum, the bias-corrected step.
-#[allow(clippy::too_many_arguments)]
 fn adamw<T: Real>(
     ps: &mut [T],
     gs: &[T],
     m: &mut [T],
     v: &mut [T],
     vmax: Option<&mut [T]>,
-    lr: f64,
-    b1: f64,
-    b2: f64,
-    eps: f64,
-    weight_decay: f64,
-    c2: f64,
-    step_size: f64,
+    u: AdamWStep,
 ) {
-    let decay = T::c(1.0 - lr * weight_decay);
-    let (w1, b2t, w2) = (T::c(1.0 - b1), T::c(b2), T::c(1.0 - b2));
-    let (c2, eps, step) = (T::c(c2), T::c(eps), T::c(-step_size));
-    let has_decay = weight_decay != 0.0;
+    let decay = T::c(1.0 - u.lr * u.weight_decay);
+    let (w1, b2t, w2) = (T::c(1.0 - u.b1), T::c(u.b2), T::c(1.0 - u.b2));
+    let (c2, eps, step) = (T::c(u.c2), T::c(u.eps), T::c(-u.step_size));
+    let has_decay = u.weight_decay != 0.0;
     let one = |p: &mut T, g: T, m: &mut T, v: &mut T, vmax: Option<&mut T>| {
         if has_decay {
             *p = *p * decay;
@@ -214,12 +207,8 @@ fn apply<T: Real>(s: &Slot<'_>, update: Update) -> Result<()> {
     let g = s.grad.contiguous()?;
     let g = g.as_cpu()?;
     let n = p.numel();
-    for t in std::iter::once(g).chain(
-        s.state
-            .iter()
-            .map(|b| b.as_cpu())
-            .collect::<Result<Vec<_>>>()?,
-    ) {
+    let state: Vec<&CpuTensor> = s.state.iter().map(|b| b.as_cpu()).collect::<Result<_>>()?;
+    for t in std::iter::once(g).chain(state.iter().copied()) {
         if t.numel() != n || !t.is_contiguous() {
             return Err(invalid(
                 "fused optimizer step",
@@ -231,7 +220,6 @@ fn apply<T: Real>(s: &Slot<'_>, update: Update) -> Result<()> {
             ));
         }
     }
-    let state: Vec<&CpuTensor> = s.state.iter().map(|b| b.as_cpu()).collect::<Result<_>>()?;
     let gr = g.storage().read::<T>()?;
     let gs = &gr[g.offset()..][..n];
     let mut pw = p.storage().write::<T>()?;
@@ -247,33 +235,8 @@ fn apply<T: Real>(s: &Slot<'_>, update: Update) -> Result<()> {
         .collect();
     let mut bufs = bufs.into_iter();
     match update {
-        Update::Sgd {
-            lr,
-            momentum,
-            dampening,
-            weight_decay,
-            nesterov,
-            first,
-        } => sgd(
-            ps,
-            gs,
-            bufs.next(),
-            lr,
-            momentum,
-            dampening,
-            weight_decay,
-            nesterov,
-            first,
-        ),
-        Update::AdamW {
-            lr,
-            b1,
-            b2,
-            eps,
-            weight_decay,
-            c2,
-            step_size,
-        } => {
+        Update::Sgd(u) => sgd(ps, gs, bufs.next(), u),
+        Update::AdamW(u) => {
             let (Some(m), Some(v)) = (bufs.next(), bufs.next()) else {
                 return Err(invalid(
                     "fused AdamW step",
@@ -281,20 +244,7 @@ fn apply<T: Real>(s: &Slot<'_>, update: Update) -> Result<()> {
                     "the moments are missing",
                 ));
             };
-            adamw(
-                ps,
-                gs,
-                m,
-                v,
-                bufs.next(),
-                lr,
-                b1,
-                b2,
-                eps,
-                weight_decay,
-                c2,
-                step_size,
-            )
+            adamw(ps, gs, m, v, bufs.next(), u)
         }
     }
     Ok(())

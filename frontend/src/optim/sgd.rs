@@ -96,14 +96,14 @@ impl Sgd {
                 param: p,
                 grad: g,
                 state: buf.into_iter().collect(),
-                update: fused::Update::Sgd {
+                update: fused::Update::Sgd(fused::SgdStep {
                     lr,
                     momentum: m,
                     dampening: damp,
                     weight_decay: wd,
                     nesterov,
                     first,
-                },
+                }),
             })
             .collect();
         fused::run(slots)

@@ -164,6 +164,24 @@ fn cat_typed<T: Element>(parts: &[CpuTensor], d: usize, out_shape: &[usize]) -> 
     CpuTensor::from_storage(s, out_shape)
 }
 
+/// The indices of `idx` (row-major), each checked to be in `0..size` before any is used.
+fn checked_indices(
+    op: &'static str,
+    idx: &CpuTensor,
+    size: usize,
+) -> Result<Vec<i64>, RuntimeError> {
+    let indices: Vec<i64> =
+        with_dtype!(idx.dtype(), I => crate::iter::gather::<I, i64>(idx, |v: I| v.to_i64()));
+    match indices.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
+        Some(&bad) => Err(RuntimeError::IndexOutOfRange {
+            op,
+            index: bad,
+            size,
+        }),
+        None => Ok(indices),
+    }
+}
+
 /// `x.index_select(d, idx)`: every index is checked (0 ≤ i < size) before any copy.
 pub(crate) fn index_select(
     x: &CpuTensor,
@@ -171,16 +189,7 @@ pub(crate) fn index_select(
     idx: &CpuTensor,
     out_shape: &[usize],
 ) -> Result<CpuTensor, RuntimeError> {
-    let size = x.shape()[d];
-    let indices: Vec<i64> =
-        with_dtype!(idx.dtype(), I => crate::iter::gather::<I, i64>(idx, |v: I| v.to_i64()));
-    if let Some(&bad) = indices.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
-        return Err(RuntimeError::IndexOutOfRange {
-            op: "index_select",
-            index: bad,
-            size,
-        });
-    }
+    let indices = checked_indices("index_select", idx, x.shape()[d])?;
     let x = x.contiguous();
     Ok(with_dtype!(x.dtype(), T => index_select_typed::<T>(&x, d, &indices, out_shape)))
 }
@@ -227,16 +236,7 @@ pub(crate) fn index_add(
     idx: &CpuTensor,
     src: &CpuTensor,
 ) -> Result<CpuTensor, RuntimeError> {
-    let size = x.shape()[d];
-    let indices: Vec<i64> =
-        with_dtype!(idx.dtype(), I => crate::iter::gather::<I, i64>(idx, |v: I| v.to_i64()));
-    if let Some(&bad) = indices.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
-        return Err(RuntimeError::IndexOutOfRange {
-            op: "index_add",
-            index: bad,
-            size,
-        });
-    }
+    let indices = checked_indices("index_add", idx, x.shape()[d])?;
     let (x, src) = (x.contiguous(), src.contiguous());
     Ok(with_dtype!(x.dtype(), T => index_add_typed::<T>(&x, d, &indices, &src)))
 }
