@@ -2094,6 +2094,17 @@ fn layout_ops(fusion: bool) {
                 x[0].exp()?.index_select(0, &rows)?.sum(&[-1], false)?,
             ])
         }),
+        ("index_add and embedding", vec![9, 50], |x| {
+            let rows = Tensor::from_vec(vec![0i64, 8, 3, 3, 5, 1], &[6])?;
+            let ids = Tensor::from_vec(vec![2i64, 0, 8, 2, 1, 0], &[2, 3])?;
+            let src = x[0].index_select(0, &rows)?.mul(0.5)?;
+            Ok(vec![
+                x[0].index_add(0, &rows, &src)?,
+                x[0].exp()?.index_add(0, &rows, &src.tanh()?)?.add(1.0)?,
+                x[0].embedding(&ids, Some(0))?,
+                x[0].embedding(&ids, None)?.sum(&[-1], false)?,
+            ])
+        }),
         ("contiguous", vec![33, 17], |x| {
             Ok(vec![
                 x[0].t()?.contiguous()?,
