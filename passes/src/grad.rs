@@ -10,9 +10,9 @@
 //! on, as `torch.autograd.grad(..., materialize_grads=True)`). Backward nodes carry the
 //! location of the forward node they differentiate.
 
+use crate::joint::backprop;
 use crate::PassError;
-use kiln_ir::ops::{gradients, GArg, GVal, GradBuilder, GradCall, GradError};
-use kiln_ir::{Arg, BinaryOp, DType, Graph, NodeId, Op, Scalar, TensorType};
+use kiln_ir::{DType, Graph, Op, Scalar};
 use std::collections::HashMap;
 
 /// The pass name used in errors.
@@ -25,42 +25,8 @@ fn err(reason: impl Into<String>) -> PassError {
     }
 }
 
-/// Builds backward nodes into the joint graph.
-struct Builder<'a> {
-    g: &'a mut Graph,
-    /// every node id of `g`, by index (ids are dense and in insertion order)
-    ids: &'a mut Vec<NodeId>,
-    loc: Option<String>,
-}
-
-impl GradBuilder for Builder<'_> {
-    fn apply(&mut self, op: Op, args: &[GArg]) -> Result<GVal, GradError> {
-        let args: Vec<Arg> = args
-            .iter()
-            .map(|a| match *a {
-                GArg::Val(v) => Arg::Value(self.ids[v.0]),
-                GArg::Scalar(s) => Arg::Scalar(s),
-            })
-            .collect();
-        let name = op.name().to_string();
-        let id = self
-            .g
-            .add_op(op, &args, self.loc.clone())
-            .map_err(|e| GradError::Build {
-                op: name,
-                reason: e.to_string(),
-            })?;
-        self.ids.push(id);
-        Ok(GVal(id.index()))
-    }
-
-    fn ty(&self, v: GVal) -> TensorType {
-        self.g.node(self.ids[v.0]).ty.clone()
-    }
-}
-
 fn floating(dtype: DType) -> bool {
-    kiln_ir::ops::derivative::differentiable(dtype)
+    crate::joint::differentiable(dtype)
 }
 
 /// The joint forward + backward graph of `g` (see the module docs).
@@ -78,7 +44,6 @@ pub fn grad(g: &Graph) -> Result<Graph, PassError> {
         )));
     }
     let mut out = g.clone();
-    let n = g.nodes().count();
     let seed = out
         .add_op(
             Op::Full {
@@ -90,59 +55,8 @@ pub fn grad(g: &Graph) -> Result<Graph, PassError> {
             None,
         )
         .map_err(|e| err(e.to_string()))?;
-    let mut ids: Vec<NodeId> = out.nodes().map(|(id, _)| id).collect();
-    let forward: Vec<NodeId> = ids[..n].to_vec();
-    let mut grads: HashMap<NodeId, NodeId> = HashMap::from([(out0, seed)]);
-    for &id in forward.iter().rev() {
-        let Some(&gn) = grads.get(&id) else {
-            continue;
-        };
-        let node = g.node(id).clone();
-        if node.op == Op::Input {
-            continue;
-        }
-        let args: Vec<GArg> = node
-            .args
-            .iter()
-            .map(|a| match *a {
-                Arg::Value(v) => GArg::Val(GVal(v.index())),
-                Arg::Scalar(s) => GArg::Scalar(s),
-            })
-            .collect();
-        let mut b = Builder {
-            g: &mut out,
-            ids: &mut ids,
-            loc: node.loc.clone(),
-        };
-        let call = GradCall {
-            op: &node.op,
-            args: &args,
-            out: GVal(id.index()),
-            grad: GVal(gn.index()),
-        };
-        let operand_grads = gradients(&mut b, &call).map_err(|e| err(e.to_string()))?;
-        for (a, dg) in node.args.iter().zip(operand_grads) {
-            let (Arg::Value(v), Some(dg)) = (*a, dg) else {
-                continue;
-            };
-            let dg = ids[dg.0];
-            let sum = match grads.get(&v) {
-                Some(&prev) => {
-                    let s = out
-                        .add_op(
-                            Op::Binary(BinaryOp::Add),
-                            &[Arg::Value(prev), Arg::Value(dg)],
-                            node.loc.clone(),
-                        )
-                        .map_err(|e| err(e.to_string()))?;
-                    ids.push(s);
-                    s
-                }
-                None => dg,
-            };
-            grads.insert(v, sum);
-        }
-    }
+    let needed = vec![true; g.inputs().len()];
+    let grads = backprop(PASS, g, &mut out, HashMap::from([(out0, seed)]), &needed)?;
     let mut outputs = g.outputs().to_vec();
     for (name, id) in g.inputs() {
         let t = g.node(*id).ty.clone();

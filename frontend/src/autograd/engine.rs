@@ -3,7 +3,7 @@
 //! to the saved operands with eager ops (grad mode off), gradients summed per operand and
 //! accumulated into leaves (or returned, for [`super::grad`]).
 
-use super::meta::{Edge, Meta, Node, SavedArg, SavedTensor};
+use super::meta::{Edge, Meta, Node, NodeKind, SavedArg, SavedTensor};
 use super::no_grad;
 use crate::error::{Error, Result};
 use crate::{Operand, Tensor};
@@ -17,7 +17,8 @@ fn err(reason: impl Into<String>) -> Error {
     Error::Autograd(reason.into())
 }
 
-const FREED: &str = "Trying to backward through the graph a second time (or directly access \
+pub(crate) const FREED: &str =
+    "Trying to backward through the graph a second time (or directly access \
 saved tensors after they have already been freed). Saved intermediate values of the graph are \
 freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to \
 backward through the graph a second time or if you need to access saved tensors after calling \
@@ -137,11 +138,64 @@ fn add_leaf(acc: &mut Vec<(Arc<Meta>, Tensor)>, m: &Arc<Meta>, g: Tensor) -> Res
 }
 
 /// Identity of an edge's target, for `grad`'s inputs.
-fn key(e: &Edge) -> usize {
+fn key(e: &Edge) -> (usize, usize) {
     match e {
-        Edge::Leaf(m) => Arc::as_ptr(m) as usize,
-        Edge::Node(n) => Arc::as_ptr(n) as usize,
+        Edge::Leaf(m) => (Arc::as_ptr(m) as usize, 0),
+        Edge::Node(n, i) => (Arc::as_ptr(n) as usize, *i),
     }
+}
+
+/// Adds `g` to output `index` of the gradients gathered for `node`.
+fn add_node_grad(
+    grads: &mut HashMap<usize, Vec<Option<Tensor>>>,
+    node: &Node,
+    index: usize,
+    g: Tensor,
+) -> Result<()> {
+    let slots = grads
+        .entry(node as *const Node as usize)
+        .or_insert_with(|| vec![None; node.out_meta.lock().len()]);
+    slots[index] = Some(sum(slots[index].take(), g)?);
+    Ok(())
+}
+
+/// The gradients of a one-op node's operands, by its rule.
+fn op_gradients(
+    n: &Node,
+    op: &Op,
+    saved: &parking_lot::Mutex<Option<super::meta::Saved>>,
+    g: Tensor,
+) -> Result<Vec<Option<Tensor>>> {
+    let saved = saved.lock();
+    let saved = saved.as_ref().ok_or_else(|| err(FREED))?;
+    let mut b = EagerBuilder {
+        vals: Vec::new(),
+        saved: HashMap::new(),
+        failure: None,
+    };
+    let mut args = Vec::new();
+    for a in &saved.args {
+        args.push(match a {
+            SavedArg::Tensor(s) => GArg::Val(b.push_saved(s)),
+            SavedArg::Scalar(s) => GArg::Scalar(*s),
+        });
+    }
+    let out = b.push_saved(&saved.out);
+    let gv = b.push(g);
+    let call = GradCall {
+        op,
+        args: &args,
+        out,
+        grad: gv,
+    };
+    let gs = gradients(&mut b, &call).map_err(|e| match b.failure.take() {
+        Some(f) => f,
+        None => err(format!("{}: {e}", n.name)),
+    })?;
+    Ok(gs
+        .into_iter()
+        .map(|g| g.map(|v| b.vals[v.0].clone()))
+        .collect())
 }
 
 /// Backward from `outputs` (seeded with `grad_outputs`, or ones for one-element outputs).
@@ -155,7 +209,7 @@ pub(super) fn run(
 ) -> Result<Vec<Option<Tensor>>> {
     let _off = no_grad();
     // the inputs `grad` returns gradients for, by edge identity
-    let mut wanted: HashMap<usize, usize> = HashMap::new();
+    let mut wanted: HashMap<(usize, usize), usize> = HashMap::new();
     if let Some(ins) = inputs {
         for (i, t) in ins.iter().enumerate() {
             let e = t.edge().ok_or_else(|| {
@@ -168,7 +222,7 @@ pub(super) fn run(
     }
     let mut captured: Vec<Option<Tensor>> = vec![None; inputs.map_or(0, |i| i.len())];
     // seeds
-    let mut grads: HashMap<usize, Tensor> = HashMap::new();
+    let mut grads: HashMap<usize, Vec<Option<Tensor>>> = HashMap::new();
     let mut roots: Vec<Arc<Node>> = Vec::new();
     let mut leaf_grads: Vec<(Arc<Meta>, Tensor)> = Vec::new();
     for (i, out) in outputs.iter().enumerate() {
@@ -197,10 +251,8 @@ pub(super) fn run(
             }
         };
         match edge {
-            Edge::Node(n) => {
-                let k = Arc::as_ptr(&n) as usize;
-                let prev = grads.remove(&k);
-                grads.insert(k, sum(prev, seed)?);
+            Edge::Node(n, i) => {
+                add_node_grad(&mut grads, &n, i, seed)?;
                 roots.push(n);
             }
             Edge::Leaf(m) => add_leaf(&mut leaf_grads, &m, seed)?,
@@ -216,7 +268,7 @@ pub(super) fn run(
             continue;
         }
         for e in n.edges.iter().flatten() {
-            if let Edge::Node(m) = e {
+            if let Edge::Node(m, _) = e {
                 *deps.entry(Arc::as_ptr(m) as usize).or_insert(0) += 1;
                 stack.push(m.clone());
             }
@@ -232,50 +284,34 @@ pub(super) fn run(
     let mut processed: Vec<Arc<Node>> = Vec::new();
     while let Some(n) = ready.pop() {
         let k = Arc::as_ptr(&n) as usize;
-        let Some(mut g) = grads.remove(&k) else {
+        let Some(mut slots) = grads.remove(&k) else {
             continue;
         };
-        // the result's hooks, retain_grad, and `grad` of a non-leaf input
-        if let Some(meta) = n.out_meta.lock().upgrade() {
-            g = run_hooks(&meta, g)?;
-            if meta.retains_grad.load(Ordering::Relaxed) && inputs.is_none() {
-                let mut slot = meta.grad.lock();
-                *slot = Some(sum(slot.take(), g.clone())?);
-            }
-        }
-        if let Some(&i) = wanted.get(&k) {
-            captured[i] = Some(sum(captured[i].take(), g.clone())?);
-        }
-        let operand_grads = {
-            let saved = n.saved.lock();
-            let saved = saved.as_ref().ok_or_else(|| err(FREED))?;
-            let mut b = EagerBuilder {
-                vals: Vec::new(),
-                saved: HashMap::new(),
-                failure: None,
+        // each result's hooks, retain_grad, and `grad` of a non-leaf input
+        let metas: Vec<_> = n.out_meta.lock().iter().map(|m| m.upgrade()).collect();
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let Some(g) = slot.take() else {
+                continue;
             };
-            let mut args = Vec::new();
-            for a in &saved.args {
-                args.push(match a {
-                    SavedArg::Tensor(s) => GArg::Val(b.push_saved(s)),
-                    SavedArg::Scalar(s) => GArg::Scalar(*s),
-                });
+            let mut g = g;
+            if let Some(Some(meta)) = metas.get(i) {
+                g = run_hooks(meta, g)?;
+                if meta.retains_grad.load(Ordering::Relaxed) && inputs.is_none() {
+                    let mut slot = meta.grad.lock();
+                    *slot = Some(sum(slot.take(), g.clone())?);
+                }
             }
-            let out = b.push_saved(&saved.out);
-            let gv = b.push(g);
-            let call = GradCall {
-                op: &n.op,
-                args: &args,
-                out,
-                grad: gv,
-            };
-            let gs = gradients(&mut b, &call).map_err(|e| match b.failure.take() {
-                Some(f) => f,
-                None => err(format!("{}: {e}", n.name)),
-            })?;
-            gs.into_iter()
-                .map(|g| g.map(|v| b.vals[v.0].clone()))
-                .collect::<Vec<_>>()
+            if let Some(&w) = wanted.get(&(k, i)) {
+                captured[w] = Some(sum(captured[w].take(), g.clone())?);
+            }
+            *slot = Some(g);
+        }
+        let operand_grads = match &n.kind {
+            NodeKind::Op { op, saved } => match slots.into_iter().next().flatten() {
+                Some(g) => op_gradients(&n, op, saved, g)?,
+                None => continue,
+            },
+            NodeKind::Compiled(c) => c.backward(slots, retain_graph)?,
         };
         for (edge, gi) in n.edges.iter().zip(operand_grads) {
             let (Some(edge), Some(gi)) = (edge, gi) else {
@@ -283,10 +319,9 @@ pub(super) fn run(
             };
             match edge {
                 Edge::Leaf(m) => add_leaf(&mut leaf_grads, m, gi)?,
-                Edge::Node(m) => {
+                Edge::Node(m, i) => {
                     let mk = Arc::as_ptr(m) as usize;
-                    let prev = grads.remove(&mk);
-                    grads.insert(mk, sum(prev, gi)?);
+                    add_node_grad(&mut grads, m, *i, gi)?;
                     let d = deps.get_mut(&mk).expect("a discovered node");
                     *d -= 1;
                     if *d == 0 {
@@ -302,7 +337,7 @@ pub(super) fn run(
         let k = Arc::as_ptr(&m) as usize;
         let g = run_hooks(&m, g)?;
         if inputs.is_some() {
-            if let Some(&i) = wanted.get(&k) {
+            if let Some(&i) = wanted.get(&(k, 0)) {
                 captured[i] = Some(sum(captured[i].take(), g)?);
             }
         } else {
@@ -312,7 +347,10 @@ pub(super) fn run(
     }
     if !retain_graph {
         for n in processed {
-            *n.saved.lock() = None;
+            match &n.kind {
+                NodeKind::Op { saved, .. } => *saved.lock() = None,
+                NodeKind::Compiled(c) => c.free(),
+            }
         }
     }
     Ok(captured)

@@ -13,7 +13,7 @@
 //! `CopySlices`), and a destination that took no part in autograd receiving a source that
 //! requires grad (its handle cannot start carrying a history through `&self`).
 
-use super::meta::{backward_name, Meta, Node, Saved, SavedArg};
+use super::meta::{backward_name, Meta, Node, NodeKind, Saved, SavedArg};
 use crate::error::{Error, Result};
 use crate::{Operand, Tensor};
 use kiln_ir::{InplaceOp, Op, OpKind};
@@ -51,7 +51,7 @@ pub(crate) fn run(
     };
     let old = meta.grad_fn();
     if let Some(n) = &old {
-        if n.op.kind() == OpKind::View {
+        if n.op().is_some_and(|o| o.kind() == OpKind::View) {
             return Err(err(format!(
                 "{}: an in-place op on a view ({}) of a tensor that requires grad is not \
                  supported yet (use the out-of-place op, or update the base)",
@@ -71,7 +71,8 @@ pub(crate) fn run(
             .expand(&dst.shape().iter().map(|&d| d as i64).collect::<Vec<_>>())?
     };
     let edges = vec![
-        old.clone().map(super::meta::Edge::Node),
+        meta.grad_fn_output()
+            .map(|(n, i)| super::meta::Edge::Node(n, i)),
         match arg {
             Operand::Tensor(t) => t.edge(),
             Operand::Scalar(_) => None,
@@ -88,25 +89,27 @@ pub(crate) fn run(
     saved_out.creator = Some(name.clone());
     saved_out.owner = Arc::downgrade(&meta);
     let node = Arc::new(Node {
-        op: the_op,
+        kind: NodeKind::Op {
+            op: the_op,
+            saved: Mutex::new(Some(Saved {
+                args: vec![SavedArg::Tensor(old_value.saved()), saved_arg],
+                out: saved_out,
+            })),
+        },
         name,
-        saved: Mutex::new(Some(Saved {
-            args: vec![SavedArg::Tensor(old_value.saved()), saved_arg],
-            out: saved_out,
-        })),
         edges,
-        out_meta: Mutex::new(Arc::downgrade(&meta)),
+        out_meta: Mutex::new(vec![Arc::downgrade(&meta)]),
     });
-    rebase(&meta, old, node);
+    rebase(&meta, meta.grad_fn_output(), node);
     Ok(())
 }
 
 /// Makes `node` the tensor's `grad_fn`; the old node no longer speaks for the tensor (its
 /// hooks and `retain_grad` follow the tensor to the new node).
-fn rebase(meta: &Arc<Meta>, old: Option<Arc<Node>>, node: Arc<Node>) {
-    if let Some(n) = old {
-        *n.out_meta.lock() = Weak::new();
+fn rebase(meta: &Arc<Meta>, old: Option<(Arc<Node>, usize)>, node: Arc<Node>) {
+    if let Some((n, i)) = old {
+        n.out_meta.lock()[i] = Weak::new();
     }
     meta.requires_grad.store(true, Ordering::Relaxed);
-    *meta.grad_fn.lock() = Some(node);
+    *meta.grad_fn.lock() = Some((node, 0));
 }

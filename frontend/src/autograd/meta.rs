@@ -18,9 +18,9 @@ pub(crate) type Hook = Box<dyn Fn(&Tensor) -> Result<Option<Tensor>> + Send + Sy
 pub(crate) struct Meta {
     /// the flag `requires_grad_` sets (always true for a recorded result)
     pub(crate) requires_grad: AtomicBool,
-    /// the node that made it; `None` for a leaf (replaced when an in-place op rebases the
-    /// tensor's history, so every clone sees the new node)
-    pub(crate) grad_fn: Mutex<Option<Arc<Node>>>,
+    /// the node that made it and which of its outputs it is; `None` for a leaf (replaced
+    /// when an in-place op rebases the tensor's history, so every clone sees the new node)
+    pub(crate) grad_fn: Mutex<Option<(Arc<Node>, usize)>>,
     /// the accumulated gradient (leaves, and non-leaves that retain it)
     pub(crate) grad: Mutex<Option<Tensor>>,
     /// a non-leaf that keeps its gradient (`retain_grad`)
@@ -46,6 +46,11 @@ impl Meta {
 
     /// The node that made the tensor, if any.
     pub(crate) fn grad_fn(&self) -> Option<Arc<Node>> {
+        self.grad_fn.lock().as_ref().map(|(n, _)| n.clone())
+    }
+
+    /// The node that made the tensor and the tensor's output number on it.
+    pub(crate) fn grad_fn_output(&self) -> Option<(Arc<Node>, usize)> {
         self.grad_fn.lock().clone()
     }
 }
@@ -89,24 +94,53 @@ pub(crate) struct Saved {
 pub(crate) enum Edge {
     /// accumulated into a leaf
     Leaf(Arc<Meta>),
-    /// passed on to the node that made the operand
-    Node(Arc<Node>),
+    /// passed on to the node that made the operand, as its output number `.1`
+    Node(Arc<Node>, usize),
+}
+
+/// The backward of a compiled function (its compiled backward graph and what its forward
+/// saved): one node with an output per result of the compiled forward.
+pub(crate) trait CompiledBackward: Send + Sync {
+    /// The gradients of the node's operands (one per edge; `None`: no gradient) from the
+    /// gradients of its outputs (`None`: zeros). `retain` keeps the saved tensors.
+    fn backward(&self, grads: Vec<Option<Tensor>>, retain: bool) -> Result<Vec<Option<Tensor>>>;
+    /// Drops the saved tensors (a backward without `retain_graph`).
+    fn free(&self);
+}
+
+/// How a node computes its operands' gradients.
+pub(crate) enum NodeKind {
+    /// one op, by its derivative rule
+    Op {
+        op: Op,
+        /// the operands and result; `None` once freed by a backward without
+        /// `retain_graph`
+        saved: Mutex<Option<Saved>>,
+    },
+    /// a compiled function's backward graph
+    Compiled(Box<dyn CompiledBackward>),
 }
 
 /// A recorded op (torch's `grad_fn`): how its result's gradient reaches its operands.
 pub struct Node {
-    pub(crate) op: Op,
-    /// torch's name for it (`MulBackward`)
+    pub(crate) kind: NodeKind,
+    /// torch's name for it (`MulBackward`, `CompiledFunctionBackward`)
     pub(crate) name: String,
-    /// the operands and result; `None` once freed by a backward without `retain_graph`
-    pub(crate) saved: Mutex<Option<Saved>>,
     /// per operand, where its gradient goes (`None`: it needs none)
     pub(crate) edges: Vec<Option<Edge>>,
-    /// the result's meta, for its hooks and `retain_grad`
-    pub(crate) out_meta: Mutex<Weak<Meta>>,
+    /// each result's meta, for its hooks and `retain_grad` (one per output)
+    pub(crate) out_meta: Mutex<Vec<Weak<Meta>>>,
 }
 
 impl Node {
+    /// The op of a one-op node.
+    pub(crate) fn op(&self) -> Option<&Op> {
+        match &self.kind {
+            NodeKind::Op { op, .. } => Some(op),
+            NodeKind::Compiled(_) => None,
+        }
+    }
+
     /// torch's name of the node (`MulBackward`, `LogSoftmaxBackward`).
     pub fn name(&self) -> &str {
         &self.name
@@ -130,8 +164,8 @@ impl Tensor {
     /// Where this tensor's gradient goes, if it requires grad.
     pub(crate) fn edge(&self) -> Option<Edge> {
         let m = self.grad_meta.as_ref()?;
-        match m.grad_fn() {
-            Some(n) => Some(Edge::Node(n)),
+        match m.grad_fn_output() {
+            Some((n, i)) => Some(Edge::Node(n, i)),
             None if m.requires_grad() => Some(Edge::Leaf(m.clone())),
             None => None,
         }
@@ -183,26 +217,36 @@ pub(crate) fn record(op: &Op, args: &[Operand<'_>], out: Tensor) -> Tensor {
     let mut saved_out = out.saved();
     saved_out.creator = Some(name.clone());
     let node = Arc::new(Node {
-        op: op.clone(),
+        kind: NodeKind::Op {
+            op: op.clone(),
+            saved: Mutex::new(Some(Saved {
+                args: saved_args,
+                out: saved_out,
+            })),
+        },
         name,
-        saved: Mutex::new(Some(Saved {
-            args: saved_args,
-            out: saved_out,
-        })),
         edges,
-        out_meta: Mutex::new(Weak::new()),
+        out_meta: Mutex::new(vec![Weak::new()]),
     });
+    let out = attach(out, &node, 0);
+    if let (NodeKind::Op { saved, .. }, Some(m)) = (&node.kind, &out.grad_meta) {
+        if let Some(saved) = saved.lock().as_mut() {
+            saved.out.owner = Arc::downgrade(m);
+        }
+    }
+    out
+}
+
+/// `out` as output `index` of `node`: a fresh meta whose `grad_fn` is the node.
+pub(crate) fn attach(out: Tensor, node: &Arc<Node>, index: usize) -> Tensor {
     let meta = Arc::new(Meta {
         requires_grad: AtomicBool::new(true),
-        grad_fn: Mutex::new(Some(node.clone())),
+        grad_fn: Mutex::new(Some((node.clone(), index))),
         grad: Mutex::new(None),
         retains_grad: AtomicBool::new(false),
         hooks: Mutex::new(Vec::new()),
     });
-    *node.out_meta.lock() = Arc::downgrade(&meta);
-    if let Some(saved) = node.saved.lock().as_mut() {
-        saved.out.owner = Arc::downgrade(&meta);
-    }
+    node.out_meta.lock()[index] = Arc::downgrade(&meta);
     Tensor {
         repr: out.repr,
         grad_meta: Some(meta),

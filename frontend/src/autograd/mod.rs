@@ -21,9 +21,10 @@ mod inplace;
 mod meta;
 mod tensor_api;
 
+pub(crate) use engine::FREED;
 pub(crate) use inplace::run as record_inplace;
 pub use meta::Node;
-pub(crate) use meta::{record, Meta};
+pub(crate) use meta::{attach, record, CompiledBackward, Edge, Meta, NodeKind};
 
 use crate::error::Result;
 use crate::Tensor;

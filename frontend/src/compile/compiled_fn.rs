@@ -17,6 +17,7 @@ use super::lazy;
 use super::logs;
 use super::stats::CompileStats;
 use super::tracer::{GraphBreak, SegmentRunner, TraceEnd, Tracer};
+use super::training::Training;
 use super::{CompileOptions, Dynamic};
 use crate::error::{Error, Result};
 use crate::tensor::Repr;
@@ -37,9 +38,14 @@ enum EntryKind {
         exe: Arc<dyn Executable>,
         params: Vec<Tensor>,
         symbolic: bool,
+        /// for inputs that require grad: the compiled forward and backward (`exe` is then
+        /// not run)
+        training: Option<Arc<Training>>,
     },
-    /// the function breaks into several graphs: it re-runs under the tracer on each call
-    Stepwise,
+    /// the function breaks into several graphs: it re-runs under the tracer on each call;
+    /// `eager_grad`: gradients are needed, which the segments do not record, so it runs
+    /// eagerly (with autograd) instead
+    Stepwise { eager_grad: bool },
 }
 
 struct Entry {
@@ -196,7 +202,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         for e in &st.entries {
             let params: &[Tensor] = match &e.kind {
                 EntryKind::Whole { params, .. } => params,
-                EntryKind::Stepwise => &[],
+                EntryKind::Stepwise { .. } => &[],
             };
             match e.guards.check(flat, params) {
                 Ok(b) => hits.push((e.clone(), b)),
@@ -215,16 +221,21 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
     ) -> Result<Option<O>> {
         for (entry, bindings) in hits {
             match &entry.kind {
-                EntryKind::Stepwise => {
+                EntryKind::Stepwise { eager_grad: true } => {
+                    self.shared.hits.fetch_add(1, Ordering::Relaxed);
+                    return (self.f)(args).map(Some);
+                }
+                EntryKind::Stepwise { eager_grad: false } => {
                     self.shared.hits.fetch_add(1, Ordering::Relaxed);
                     let end = self.trace(args, flat)?;
-                    return self.complete(end, flat).map(Some);
+                    return self.complete(args, end, flat).map(Some);
                 }
                 EntryKind::Whole {
                     graph,
                     exe,
                     params,
                     symbolic,
+                    training,
                 } => {
                     if *symbolic {
                         let key: Vec<usize> = bindings.iter().map(|(_, n)| *n).collect();
@@ -240,7 +251,8 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                                     Some(false) => continue,
                                     Some(true) => {
                                         self.shared.hits.fetch_add(1, Ordering::Relaxed);
-                                        return run_whole(exe.as_ref(), flat, params).map(Some);
+                                        return run_whole(exe.as_ref(), training, flat, params)
+                                            .map(Some);
                                     }
                                     None => {}
                                 }
@@ -261,7 +273,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                         }
                     }
                     self.shared.hits.fetch_add(1, Ordering::Relaxed);
-                    return run_whole(exe.as_ref(), flat, params).map(Some);
+                    return run_whole(exe.as_ref(), training, flat, params).map(Some);
                 }
             }
         }
@@ -300,9 +312,38 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
 
     /// Finishes a traced call without making an entry: after breaks everything has run;
     /// a trace without breaks runs its graph as a segment (compiled once, by its text).
-    fn complete(&self, end: TraceEnd, flat: &[Tensor]) -> Result<O> {
+    fn complete(&self, args: &A, end: TraceEnd, flat: &[Tensor]) -> Result<O> {
         match end {
-            TraceEnd::Done { outputs } => Ok(O::unflatten(outputs)),
+            TraceEnd::Done {
+                needs_grad: true, ..
+            } => (self.f)(args),
+            TraceEnd::Done { outputs, .. } => Ok(O::unflatten(outputs)),
+            TraceEnd::Whole { graph, params } if wants_grad(flat, &params) => {
+                // gradients are needed: compile it as an entry would be (forward and
+                // backward), without keeping it
+                let opts = &self.shared.opts;
+                let wants = grad_mask(flat, &params);
+                let hints = symbol_sizes(&graph, flat, &params);
+                let training = Training::build(&graph, &wants, hints, opts)?;
+                match training {
+                    Some(t) => {
+                        self.shared.compiles.fetch_add(2, Ordering::Relaxed);
+                        let inputs: Vec<Tensor> = flat.iter().chain(&params).cloned().collect();
+                        Ok(O::unflatten(Arc::new(t).run(&inputs)?))
+                    }
+                    None => {
+                        let inputs: Vec<&CpuTensor> = flat
+                            .iter()
+                            .chain(&params)
+                            .map(|t| t.real())
+                            .collect::<Result<_>>()?;
+                        let outs = self.shared.run_segment(&graph, &inputs)?;
+                        Ok(O::unflatten(
+                            outs.into_iter().map(Tensor::from_cpu).collect(),
+                        ))
+                    }
+                }
+            }
             TraceEnd::Whole { graph, params } => {
                 let inputs: Vec<&CpuTensor> = flat
                     .iter()
@@ -331,7 +372,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
             if st.fallback.is_some() {
                 drop(st);
                 return match pre_traced {
-                    Some(end) => self.complete(end, flat),
+                    Some(end) => self.complete(args, end, flat),
                     None => (self.f)(args),
                 };
             }
@@ -350,7 +391,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 st.fallback = Some(msg);
                 drop(st);
                 return match pre_traced {
-                    Some(end) => self.complete(end, flat),
+                    Some(end) => self.complete(args, end, flat),
                     None => (self.f)(args),
                 };
             }
@@ -410,8 +451,24 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 let symbolic = general.is_some();
                 let graph = general.unwrap_or(graph);
                 logs::log_graph(&graph);
-                let exe: Arc<dyn Executable> = Arc::from(opts.backend.compile(&graph, opts)?);
-                self.shared.compiles.fetch_add(1, Ordering::Relaxed);
+                let training = if wants_grad(flat, &params) {
+                    let wants = grad_mask(flat, &params);
+                    let hints = symbol_sizes(&graph, flat, &params);
+                    Training::build(&graph, &wants, hints, opts)?.map(Arc::new)
+                } else {
+                    None
+                };
+                let exe: Arc<dyn Executable> = match &training {
+                    // the training forward runs instead
+                    Some(_) => {
+                        self.shared.compiles.fetch_add(2, Ordering::Relaxed);
+                        Arc::new(NotRun)
+                    }
+                    None => {
+                        self.shared.compiles.fetch_add(1, Ordering::Relaxed);
+                        Arc::from(opts.backend.compile(&graph, opts)?)
+                    }
+                };
                 let mut arg_guards = Vec::with_capacity(n_args);
                 for ((name, id), t) in graph.inputs().iter().zip(flat) {
                     arg_guards.push(TensorGuard {
@@ -419,6 +476,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                         dtype: t.dtype(),
                         dims: graph.node(*id).ty.shape.dims().to_vec(),
                         contiguous: layout.then(|| t.is_contiguous()),
+                        requires_grad: t.requires_grad(),
                     });
                 }
                 let param_guards = graph.inputs()[n_args..]
@@ -429,6 +487,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 let guards = Guards {
                     args: arg_guards,
                     params: param_guards,
+                    grad_enabled: crate::autograd::is_grad_enabled(),
                 };
                 let verified = if symbolic {
                     let sizes = guards
@@ -451,12 +510,16 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                         exe,
                         params,
                         symbolic,
+                        training,
                     },
                     verified: Mutex::new(verified),
                 };
                 (entry, None)
             }
-            TraceEnd::Done { outputs } => {
+            TraceEnd::Done {
+                outputs,
+                needs_grad,
+            } => {
                 let guards = Guards {
                     args: flat
                         .iter()
@@ -464,13 +527,26 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                         .map(|(i, t)| TensorGuard::exact(format!("arg{i}"), t, layout))
                         .collect(),
                     params: Vec::new(),
+                    grad_enabled: crate::autograd::is_grad_enabled(),
                 };
                 let entry = Entry {
                     guards,
-                    kind: EntryKind::Stepwise,
+                    kind: EntryKind::Stepwise {
+                        eager_grad: needs_grad,
+                    },
                     verified: Mutex::new(HashMap::new()),
                 };
-                (entry, Some(O::unflatten(outputs)))
+                let out = if needs_grad {
+                    logs::log_break(
+                        &opts.name,
+                        &"gradients are needed and the function breaks into several \
+                          graphs: it runs eagerly, with autograd",
+                    );
+                    (self.f)(args)?
+                } else {
+                    O::unflatten(outputs)
+                };
+                (entry, Some(out))
             }
         };
         let entry = Arc::new(entry);
@@ -484,8 +560,16 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         }
         match (out, &entry.kind) {
             (Some(out), _) => Ok(out),
-            (None, EntryKind::Whole { exe, params, .. }) => run_whole(exe.as_ref(), flat, params),
-            (None, EntryKind::Stepwise) => unreachable!("a stepwise trace has its outputs"),
+            (
+                None,
+                EntryKind::Whole {
+                    exe,
+                    params,
+                    training,
+                    ..
+                },
+            ) => run_whole(exe.as_ref(), training, flat, params),
+            (None, EntryKind::Stepwise { .. }) => unreachable!("a stepwise trace has its outputs"),
         }
     }
 
@@ -537,7 +621,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         st.entries.iter().position(|e| {
             let params: &[Tensor] = match &e.kind {
                 EntryKind::Whole { params, .. } => params,
-                EntryKind::Stepwise => &[],
+                EntryKind::Stepwise { .. } => &[],
             };
             e.guards.check(&flat, params).is_ok()
         })
@@ -556,7 +640,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
             .iter()
             .filter_map(|e| match &e.kind {
                 EntryKind::Whole { graph, .. } => Some(graph.clone()),
-                EntryKind::Stepwise => None,
+                EntryKind::Stepwise { .. } => None,
             })
             .collect()
     }
@@ -591,12 +675,18 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
     }
 }
 
-/// Runs a whole-function graph on the arguments and the entry's parameters.
+/// Runs a whole-function graph on the arguments and the entry's parameters (its forward,
+/// recorded for autograd, when the entry was compiled for gradients).
 fn run_whole<O: TensorOutputs>(
     exe: &dyn Executable,
+    training: &Option<Arc<Training>>,
     flat: &[Tensor],
     params: &[Tensor],
 ) -> Result<O> {
+    if let Some(t) = training {
+        let inputs: Vec<Tensor> = flat.iter().chain(params).cloned().collect();
+        return Ok(O::unflatten(t.run(&inputs)?));
+    }
     let inputs: Vec<&CpuTensor> = flat
         .iter()
         .chain(params)
@@ -620,4 +710,44 @@ fn same_params(a: &[Tensor], b: &[Tensor]) -> bool {
             }
             _ => false,
         })
+}
+
+/// An entry's plain executable when the entry runs its training forward instead.
+struct NotRun;
+
+impl Executable for NotRun {
+    fn run(&self, _inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        Err(Error::Compile {
+            function: "compiled".into(),
+            reason: "internal: a training entry's inference graph was run".into(),
+        })
+    }
+}
+
+/// Per graph input (arguments, then parameters), whether it needs a gradient: grad mode
+/// is on and the tensor requires grad.
+fn grad_mask(flat: &[Tensor], params: &[Tensor]) -> Vec<bool> {
+    let on = crate::autograd::is_grad_enabled();
+    flat.iter()
+        .chain(params)
+        .map(|t| on && t.requires_grad())
+        .collect()
+}
+
+/// True when some input needs a gradient.
+fn wants_grad(flat: &[Tensor], params: &[Tensor]) -> bool {
+    grad_mask(flat, params).into_iter().any(|b| b)
+}
+
+/// The size each symbol of `graph` has in this call (to weigh the partition).
+fn symbol_sizes(graph: &Graph, flat: &[Tensor], params: &[Tensor]) -> HashMap<Arc<str>, usize> {
+    let mut out = HashMap::new();
+    for ((_, id), t) in graph.inputs().iter().zip(flat.iter().chain(params)) {
+        for (d, &n) in graph.node(*id).ty.shape.dims().iter().zip(t.shape()) {
+            if let kiln_ir::Dim::Sym(s) = d {
+                out.insert(s.clone(), n);
+            }
+        }
+    }
+    out
 }

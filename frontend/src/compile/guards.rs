@@ -16,6 +16,9 @@ pub struct TensorGuard {
     pub dims: Vec<Dim>,
     /// whether it must be contiguous (`None`: the backend reads any layout)
     pub contiguous: Option<bool>,
+    /// whether it must require grad (an entry compiled for gradients is never reused for a
+    /// tensor that needs none, nor the reverse)
+    pub requires_grad: bool,
 }
 
 impl TensorGuard {
@@ -26,6 +29,7 @@ impl TensorGuard {
             dtype: t.dtype(),
             dims: t.shape().iter().map(|&n| Dim::Const(n)).collect(),
             contiguous: layout.then(|| t.is_contiguous()),
+            requires_grad: t.requires_grad(),
         }
     }
 
@@ -41,7 +45,11 @@ impl fmt::Display for TensorGuard {
             Some(true) => write!(f, " contiguous"),
             Some(false) => write!(f, " strided"),
             None => Ok(()),
+        }?;
+        if self.requires_grad {
+            write!(f, " requires_grad")?;
         }
+        Ok(())
     }
 }
 
@@ -70,6 +78,8 @@ pub struct Guards {
     pub args: Vec<TensorGuard>,
     /// one per lifted parameter, in the graph's input order
     pub params: Vec<TensorGuard>,
+    /// the grad mode the entry was compiled under (`torch.is_grad_enabled()`)
+    pub grad_enabled: bool,
 }
 
 impl Guards {
@@ -106,6 +116,18 @@ impl Guards {
                 changed_dims: Vec::new(),
             });
         }
+        let grad_now = crate::autograd::is_grad_enabled();
+        if grad_now != self.grad_enabled {
+            return Err(GuardFailure {
+                tensor: "*".into(),
+                reason: format!(
+                    "grad mode changed: compiled with grad mode {}, called with it {}",
+                    on_off(self.grad_enabled),
+                    on_off(grad_now)
+                ),
+                changed_dims: Vec::new(),
+            });
+        }
         let mut bound: Vec<(Arc<str>, usize)> = Vec::new();
         let all = self
             .args
@@ -129,6 +151,14 @@ impl Guards {
             Some(f) => Err(f),
             None => Ok(bound),
         }
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
     }
 }
 
@@ -200,6 +230,16 @@ fn check_one(
     if let Some(reason) = first_reason {
         return Err(fail(reason, changed));
     }
+    if t.requires_grad() != g.requires_grad {
+        return Err(fail(
+            format!(
+                "requires_grad changed: compiled for requires_grad={}, got {}",
+                g.requires_grad,
+                t.requires_grad()
+            ),
+            vec![],
+        ));
+    }
     if let Some(c) = g.contiguous {
         if t.is_contiguous() != c {
             return Err(fail(
@@ -227,6 +267,9 @@ impl fmt::Display for Guards {
         if !syms.is_empty() {
             let s: Vec<String> = syms.iter().map(|s| format!("{s} ≥ 2")).collect();
             write!(f, "; {}", s.join(", "))?;
+        }
+        if !self.grad_enabled {
+            write!(f, "; grad mode off")?;
         }
         Ok(())
     }

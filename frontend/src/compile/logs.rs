@@ -1,6 +1,6 @@
 //! `KILN_LOGS`: what the compiler prints as it works, like `TORCH_LOGS`.
 //!
-//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes,code,rules` (or `all`) turns categories on; each event
+//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes,code,rules,partition` (or `all`) turns categories on; each event
 //! is a `tracing` event with target `kiln::<category>`. When the variable is set and the
 //! program has no `tracing` subscriber, kiln installs one that writes to stderr.
 
@@ -25,10 +25,12 @@ pub enum LogCategory {
     Code,
     /// the rewrite rules that fired in each optimisation, with their counts
     Rules,
+    /// what each forward/backward partition saves and recomputes (compiled training)
+    Partition,
 }
 
 impl LogCategory {
-    const ALL: [LogCategory; 7] = [
+    const ALL: [LogCategory; 8] = [
         LogCategory::Graphs,
         LogCategory::Guards,
         LogCategory::Recompiles,
@@ -36,6 +38,7 @@ impl LogCategory {
         LogCategory::Passes,
         LogCategory::Code,
         LogCategory::Rules,
+        LogCategory::Partition,
     ];
 
     /// The name used in `KILN_LOGS`.
@@ -48,6 +51,7 @@ impl LogCategory {
             LogCategory::Passes => "passes",
             LogCategory::Code => "code",
             LogCategory::Rules => "rules",
+            LogCategory::Partition => "partition",
         }
     }
 }
@@ -115,5 +119,11 @@ pub(crate) fn log_recompile(function: &str, failure: &GuardFailure, dynamic: &st
 pub(crate) fn log_break(function: &str, b: &dyn std::fmt::Display) {
     if enabled(LogCategory::Breaks) {
         tracing::info!(target: "kiln::breaks", "@{function} graph break: {b}");
+    }
+}
+
+pub(crate) fn log_partition(function: &str, report: &kiln_passes::partition::PartitionReport) {
+    if enabled(LogCategory::Partition) {
+        tracing::info!(target: "kiln::partition", "@{function} forward/backward partition: {report}");
     }
 }

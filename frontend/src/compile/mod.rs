@@ -29,6 +29,7 @@ pub(crate) mod lazy;
 mod logs;
 mod stats;
 mod tracer;
+mod training;
 
 pub use args::{TensorArgs, TensorOutputs};
 pub use backend::Backend;
@@ -96,6 +97,11 @@ pub struct CompileOptions {
     /// environment: `KILN_UNROLL`, `KILN_ROW_GROUP`, `KILN_NO_CHAIN_FITS`, `KILN_NO_CUTS`,
     /// `KILN_CLIF_OPT`, `KILN_ASM`, read here and nowhere below)
     pub codegen: kiln_codegen::CodegenOptions,
+    /// compiled training: the bytes the forward may save for the backward, as a fraction
+    /// of what the default partition saves (`None`: no limit). Below 1 the partitioner
+    /// recomputes more (large reductions, then matmuls) until it fits
+    /// (`torch._functorch.config.activation_memory_budget`)
+    pub memory_budget: Option<f64>,
 }
 
 impl Default for CompileOptions {
@@ -112,6 +118,7 @@ impl Default for CompileOptions {
             fast_math: false,
             disabled_rules: Vec::new(),
             codegen: kiln_codegen::CodegenOptions::from_env(),
+            memory_budget: None,
         }
     }
 }
@@ -120,6 +127,12 @@ impl CompileOptions {
     /// Sets the backend.
     pub fn backend(mut self, backend: Backend) -> Self {
         self.backend = backend;
+        self
+    }
+
+    /// Sets the memory budget of compiled training (see [`CompileOptions::memory_budget`]).
+    pub fn memory_budget(mut self, fraction: f64) -> Self {
+        self.memory_budget = Some(fraction);
         self
     }
 

@@ -52,7 +52,12 @@ pub(crate) enum TraceEnd {
     /// the function's arguments (in order) followed by `params`.
     Whole { graph: Graph, params: Vec<Tensor> },
     /// There were breaks: every segment has run and these are the outputs' data.
-    Done { outputs: Vec<Tensor> },
+    /// `needs_grad`: grad mode is on and an argument or a captured tensor requires grad,
+    /// so the outputs need autograd history the segments did not record.
+    Done {
+        outputs: Vec<Tensor>,
+        needs_grad: bool,
+    },
 }
 
 /// Identity of a tensor lifted as a graph input, so each one is lifted once per segment.
@@ -87,6 +92,8 @@ pub(crate) struct Tracer {
     n_args: usize,
     runner: Arc<dyn SegmentRunner>,
     state: Mutex<TraceState>,
+    /// an argument or lifted tensor requires grad (with grad mode on)
+    saw_grad: std::sync::atomic::AtomicBool,
 }
 
 fn loc_string(loc: &Location<'_>) -> String {
@@ -118,6 +125,9 @@ impl Tracer {
             fullgraph,
             n_args: args.len(),
             runner,
+            saw_grad: std::sync::atomic::AtomicBool::new(
+                crate::autograd::is_grad_enabled() && args.iter().any(|a| a.requires_grad()),
+            ),
             state: Mutex::new(TraceState {
                 segment: 0,
                 graph: Graph::new(name),
@@ -234,6 +244,10 @@ impl Tracer {
             return Ok(*n);
         }
         let real = t.real()?;
+        if crate::autograd::is_grad_enabled() && t.requires_grad() {
+            self.saw_grad
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let prefix = match key {
             InputKey::Lazy(_) => "c",
             InputKey::Real { .. } => "p",
@@ -366,7 +380,10 @@ impl Tracer {
             .iter()
             .map(|t| Ok(Tensor::from_cpu(t.real()?.clone())))
             .collect::<Result<Vec<_>>>()?;
-        Ok(TraceEnd::Done { outputs })
+        Ok(TraceEnd::Done {
+            outputs,
+            needs_grad: self.saw_grad.load(std::sync::atomic::Ordering::Relaxed),
+        })
     }
 
     /// The graphs that ran (segments with at least one op) and the breaks seen.

@@ -142,16 +142,20 @@ pub fn build(name: &str, shape: Option<&[usize]>) -> crate::Result<Box<dyn Model
 }
 
 /// A weight of `shape` for a layer with `fan_in` inputs: `randn(shape, seed) / sqrt(fan_in)`.
+/// It is an autograd leaf that does not require grad: a clone from [`Model::weights`]
+/// shares its flag, so `w.requires_grad_(true)` on that clone trains the model's own
+/// tensor.
 pub fn weight(shape: &[usize], fan_in: usize, seed: u64) -> Result<Tensor> {
-    Tensor::randn(shape, DType::F32, seed)? * (1.0 / (fan_in as f64).sqrt())
+    (Tensor::randn(shape, DType::F32, seed)? * (1.0 / (fan_in as f64).sqrt()))?
+        .requires_grad_(false)
 }
 
 /// A layer norm's `(weight, bias)` of size `n`: `1 + 0.1 * randn` and `0.1 * randn`, so that
-/// both take part in the result (not the trivial ones and zeros).
+/// both take part in the result (not the trivial ones and zeros). Leaves as [`weight`]'s.
 pub fn norm_params(n: usize, seed: u64) -> Result<(Tensor, Tensor)> {
     let w = (Tensor::randn(&[n], DType::F32, seed)? * 0.1)? + 1.0;
     let b = Tensor::randn(&[n], DType::F32, seed + 1)? * 0.1;
-    Ok((w?, b?))
+    Ok((w?.requires_grad_(false)?, b?.requires_grad_(false)?))
 }
 
 fn bad(shape: &[usize], reason: String) -> Error {

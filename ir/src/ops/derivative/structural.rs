@@ -81,20 +81,28 @@ pub fn reduce(o: &mut Ops<'_>, c: &GradCall<'_>) -> Out {
         ReduceOp::Sum => ge,
         ReduceOp::Mean => {
             let mut n = 1usize;
+            let mut symbolic = false;
             for &d in &dims {
                 match xt.shape.dims()[d] {
                     Dim::Const(k) => n *= k,
-                    Dim::Sym(_) => {
-                        return Err(GradError::Build {
-                            op: c.op.name().to_string(),
-                            reason: "a mean over a symbolic dim (its count is not known \
-                                     while the gradient is built)"
-                                .into(),
-                        })
-                    }
+                    Dim::Sym(_) => symbolic = true,
                 }
             }
-            o.div(ge, n as f64)?
+            if symbolic {
+                // the count is only known when the graph runs: count the elements there
+                let ones = o.apply(
+                    Op::Full {
+                        shape: xt.shape.clone(),
+                        value: Scalar::Float(1.0),
+                        dtype: xt.dtype,
+                    },
+                    &[],
+                )?;
+                let count = o.reduce_sum(ones, dims.iter().map(|&d| d as i64).collect(), true)?;
+                o.div(ge, count)?
+            } else {
+                o.div(ge, n as f64)?
+            }
         }
         ReduceOp::Max | ReduceOp::Min => {
             let y = o.cast(c.out, xt.dtype)?;
