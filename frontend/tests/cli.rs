@@ -226,3 +226,24 @@ fn dump_and_opt_print_the_joint_graph() {
     assert!(!ok);
     assert!(err.contains("must be a floating scalar"), "{err}");
 }
+
+#[test]
+fn dump_partition_lists_saved_tensors_against_eager_and_both_graphs() {
+    let f = tmp("mlp_partition.kir", MLP);
+    let (ok, out, err) = kiln(&["dump", f.to_str().unwrap(), "--stage", "partition"]);
+    assert!(ok, "{err}");
+    // relu's backward needs where its input was positive: the min cut saves that bool
+    // mask (a quarter of the f32 result's bytes), with the two inputs the matmul's
+    // gradients read
+    assert!(
+        out.contains("# partition of @mlp: saved 3 tensors"),
+        "{out}"
+    );
+    assert!(out.contains("eager autograd saves"), "{out}");
+    assert!(out.contains("gt : bool[B,2]"), "{out}");
+    assert!(
+        out.contains("graph @mlp(%x: f32[B,3], %w: f32[3,2]) -> (f32[B,2], bool[B,2])"),
+        "{out}"
+    );
+    assert!(out.contains("graph @mlp_backward("), "{out}");
+}

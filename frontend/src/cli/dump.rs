@@ -14,6 +14,12 @@ pub fn dump(file: &Path, stage: Stage) -> Result<(), CliError> {
 /// Prints graphs after the passes that lead to `stage`.
 fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
     use kiln_passes::pipeline::{run_passes, stage_passes, PassOptions};
+    if stage == Stage::Partition {
+        for g in graphs {
+            print!("{}", partition_text(g)?);
+        }
+        return Ok(());
+    }
     let pipeline = match stage {
         Stage::Loops | Stage::Clif | Stage::Cuda | Stage::Ptx => "scheduled",
         s => s.name(),
@@ -90,4 +96,22 @@ pub fn dump_model(
     let compiled = compile_with(|xs: &[Tensor]| model.forward(xs), opts);
     let graphs = compiled.capture(&inputs)?;
     print_stage(&graphs, stage)
+}
+
+/// The forward/backward partition of `g` with a gradient for every floating input (what
+/// compiled training makes of it): the report (saved tensors with their sizes, saved bytes
+/// against eager autograd's, what is recomputed), then the forward and backward graphs.
+pub fn partition_text(g: &kiln::Graph) -> Result<String, CliError> {
+    use kiln_passes::joint::joint;
+    use kiln_passes::partition::{partition, PartitionOptions};
+    let wants = vec![true; g.inputs().len()];
+    let j = joint(g, &wants)?;
+    let p = partition(&j, &PartitionOptions::default())?;
+    Ok(format!(
+        "# partition of @{}: {}\n{}{}",
+        g.name(),
+        p.report.to_string().replace('\n', "\n# "),
+        p.forward,
+        p.backward
+    ))
 }

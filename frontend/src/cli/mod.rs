@@ -103,6 +103,9 @@ pub enum Stage {
     Scheduled,
     /// the joint forward and backward graph of the `grad` pass (first output a scalar)
     Grad,
+    /// compiled training's split: what the forward saves (each tensor with its size, total
+    /// bytes against eager autograd's), what the backward recomputes, and both graphs
+    Partition,
     /// the cpu backend's loop nest of each kernel group
     Loops,
     /// the Cranelift IR of each generated kernel
@@ -122,6 +125,7 @@ impl Stage {
             Stage::Optimized => "optimized",
             Stage::Scheduled => "scheduled",
             Stage::Grad => "grad",
+            Stage::Partition => "partition",
             Stage::Loops => "loops",
             Stage::Clif => "clif",
             Stage::Cuda => "cuda",

@@ -633,6 +633,21 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         st.entries.iter().map(|e| e.guards.clone()).collect()
     }
 
+    /// The forward and backward graphs of each entry compiled for gradients, in lookup
+    /// order (what `explain` reports as partitions).
+    pub fn training_graphs(&self) -> Vec<(Graph, Graph)> {
+        let st = self.shared.state.lock();
+        st.entries
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EntryKind::Whole {
+                    training: Some(t), ..
+                } => Some((t.forward.clone(), t.backward.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The compiled graph of each entry made from a trace without breaks.
     pub fn graphs(&self) -> Vec<Graph> {
         let st = self.shared.state.lock();
@@ -671,6 +686,16 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
             breaks: st.last_breaks.clone(),
             guards: st.entries.iter().map(|e| e.guards.clone()).collect(),
             stats: None,
+            partitions: st
+                .entries
+                .iter()
+                .filter_map(|e| match &e.kind {
+                    EntryKind::Whole {
+                        training: Some(t), ..
+                    } => Some(t.report.clone()),
+                    _ => None,
+                })
+                .collect(),
         }
     }
 }

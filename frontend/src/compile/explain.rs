@@ -4,6 +4,7 @@ use super::guards::Guards;
 use super::stats::CompileStats;
 use super::tracer::GraphBreak;
 use kiln_ir::{Graph, Op};
+use kiln_passes::partition::PartitionReport;
 use std::fmt;
 
 /// The graphs a call captured, its graph breaks, and the guards of each cache entry.
@@ -19,6 +20,10 @@ pub struct ExplainReport {
     pub guards: Vec<Guards>,
     /// the compiled function's counters, when known
     pub stats: Option<CompileStats>,
+    /// for each cache entry compiled for gradients: what its forward saves for the
+    /// backward (each tensor with its size, the total against eager autograd's) and what
+    /// the backward recomputes
+    pub partitions: Vec<PartitionReport>,
 }
 
 impl ExplainReport {
@@ -65,6 +70,9 @@ impl fmt::Display for ExplainReport {
                 "compiles: {}, traces: {}, recompiles: {}",
                 s.compiles, s.traces, s.recompiles
             )?;
+        }
+        for (i, p) in self.partitions.iter().enumerate() {
+            writeln!(f, "partition {i}: {p}")?;
         }
         for g in &self.graphs {
             write!(f, "\n{g}")?;
