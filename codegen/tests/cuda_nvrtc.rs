@@ -17,10 +17,21 @@ use kiln_passes::schedule::schedule;
 
 /// Every kernel with a nest in `text`: (label, CUDA kernel).
 fn kernels(file: &str, text: &str) -> Vec<(String, kiln_codegen::cuda::CudaKernel)> {
+    graph_kernels(
+        file,
+        &parse_module(text).unwrap_or_else(|e| panic!("{file}: {e}")),
+    )
+}
+
+/// Every kernel with a nest in `graphs`: (label, CUDA kernel).
+fn graph_kernels(
+    file: &str,
+    graphs: &[kiln_ir::Graph],
+) -> Vec<(String, kiln_codegen::cuda::CudaKernel)> {
     let mut out = Vec::new();
-    for g in parse_module(text).unwrap_or_else(|e| panic!("{file}: {e}")) {
+    for g in graphs {
         let opt = run_passes(
-            &g,
+            g,
             &["decompose", "fuse"],
             &PassOptions::rendering(kiln_codegen::cuda::renders),
             false,
@@ -92,4 +103,51 @@ fn the_ptx_cache_reuses_entries_and_recompiles_corrupt_ones() {
     assert!(!hit);
     assert_eq!(rebuilt, fresh);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Compiled training's graphs for the corpus: each graph differentiated with respect to
+/// every floating input and partitioned; the forward and backward graphs of each.
+fn training_graphs() -> Vec<(String, Vec<kiln_ir::Graph>)> {
+    use kiln_passes::joint::joint;
+    use kiln_passes::partition::{partition, PartitionOptions};
+    let mut out = Vec::new();
+    for (name, text) in common::corpus() {
+        for g in parse_module(&text).unwrap_or_else(|e| panic!("{name}: {e}")) {
+            let wants = vec![true; g.inputs().len()];
+            let Ok(j) = joint(&g, &wants) else { continue };
+            if j.grads.is_empty() {
+                continue;
+            }
+            let p = partition(&j, &PartitionOptions::default())
+                .unwrap_or_else(|e| panic!("{name} @{}: {e}", g.name()));
+            out.push((name.clone(), vec![p.forward, p.backward]));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_training_kernel_compiles_with_nvrtc_and_ptxas() {
+    let graphs = training_graphs();
+    assert!(
+        graphs.len() >= 30,
+        "only {} differentiable corpus graphs",
+        graphs.len()
+    );
+    let mut all = Vec::new();
+    for (name, gs) in &graphs {
+        all.extend(graph_kernels(name, gs));
+    }
+    assert!(all.len() >= 100, "only {} kernels", all.len());
+    if !nvrtc_for_tests().unwrap_or_else(|e| panic!("{e}")) {
+        return;
+    }
+    for (what, k) in &all {
+        compile_and_assemble(k, "compute_90", "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+    eprintln!(
+        "NVRTC + ptxas compiled the {} kernels of {} forward/backward pairs",
+        all.len(),
+        graphs.len()
+    );
 }

@@ -138,3 +138,37 @@ fn every_workload_of_the_zoo_runs_on_the_cuda_backend() {
         }
     }
 }
+
+#[test]
+fn compiled_training_runs_forward_and_backward_on_the_device() {
+    emulated_unless_set();
+    let w = randn(&[12, 8], 31).requires_grad_(true).unwrap();
+    let b = randn(&[8], 32).requires_grad_(true).unwrap();
+    let f = |x: &Tensor| -> Result<Tensor> {
+        let h = (&x.matmul(&w)? + &b)?.tanh()?;
+        (&h * &h.softmax(-1)?)?.sum(&[], false)
+    };
+    let x = randn(&[5, 12], 33).requires_grad_(true).unwrap();
+    f(&x).unwrap().backward().unwrap();
+    let eager: Vec<Tensor> = [&x, &w, &b].iter().map(|t| t.grad().unwrap()).collect();
+    for t in [&x, &w, &b] {
+        t.zero_grad();
+    }
+    let cf = compile_with(f, cuda().name("train"));
+    let before = device_work();
+    let loss = cf.call(&x).unwrap();
+    assert_eq!(
+        loss.grad_fn_name().as_deref(),
+        Some("CompiledFunctionBackward")
+    );
+    loss.backward().unwrap();
+    let after = device_work();
+    assert!(
+        after.1 >= before.1 + 3,
+        "forward and backward GEMMs ran on the device"
+    );
+    for (t, e) in [&x, &w, &b].iter().zip(&eager) {
+        assert_close(&t.grad().unwrap(), e);
+    }
+    assert_eq!(cf.stats().compiles, 2);
+}
