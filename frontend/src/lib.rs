@@ -38,7 +38,7 @@ pub use compile::{
 };
 pub use error::{Error, Result};
 pub use kiln_ir::{DType, Dim, Graph, Scalar, Shape, TensorType};
-pub use kiln_runtime::{allocator_stats, empty_cache, AllocStats, Element};
+pub use kiln_runtime::{allocator_stats, empty_cache, reset_peak_stats, AllocStats, Element};
 pub use operand::Operand;
 pub use tensor::Tensor;
 

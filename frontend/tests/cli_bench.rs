@@ -1,6 +1,7 @@
 //! `kiln bench` end to end: a quick run on two workloads writes JSON of the documented
-//! shape with every result verified (the times themselves are not checked), and bad
-//! arguments fail with messages that name the valid choices.
+//! shape with every result verified (the times themselves are not checked), so does a
+//! quick run of the three training workloads, and bad arguments fail with messages that
+//! name the valid choices.
 
 mod common;
 
@@ -97,6 +98,90 @@ fn quick_bench_writes_verified_json() {
     positive(&softmax["gbs"], "softmax.gbs");
     assert!(mlp["gbs"].is_null());
     positive(&mlp["gflops"], "mlp.gflops");
+    for r in results {
+        assert_eq!(r["kind"], "forward");
+        positive(&r["eager_peak_bytes"], "eager_peak_bytes");
+        positive(&r["compiled_peak_bytes"], "compiled_peak_bytes");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The training workloads at their quick shapes: a row each, verified (the compiled step's
+/// losses follow the eager ones), with step times, GFLOP/s against the GEMM peak from 3x
+/// the forward's flops, compile times and the peak memory of both sides.
+#[test]
+fn quick_training_bench_writes_verified_rows() {
+    let dir = std::env::temp_dir().join(format!("kiln-cli-bench-train-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("train.json");
+    let (ok, out, err) = kiln(&[
+        "bench",
+        "--quick",
+        "--workload",
+        "train_mlp,train_block,train_minilm",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("train_*: one step"), "{out}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let gemm = positive(&doc["limits"]["gemm_gflops"], "gemm_gflops");
+    let results = doc["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["train_mlp", "train_block", "train_minilm"]);
+    for r in results {
+        let w = r["workload"].as_str().unwrap();
+        assert_eq!(r["verified"], true, "{w}: {r}");
+        assert_eq!(r["kind"], "train", "{w}");
+        assert!(r["error"].is_null(), "{w}: {r}");
+        assert!(r["gbs"].is_null(), "{w}");
+        for key in [
+            "eager_ms",
+            "compiled_ms",
+            "speedup",
+            "gflops",
+            "flops",
+            "fraction_of_limit",
+            "compile_ms",
+            "first_step_ms",
+            "eager_peak_bytes",
+            "compiled_peak_bytes",
+        ] {
+            positive(&r[key], &format!("{w}.{key}"));
+        }
+        assert_eq!(r["limit"].as_f64(), Some(gemm), "{w}");
+        assert_eq!(r["limit_unit"], "GFLOP/s", "{w}");
+        let gflops = r["flops"].as_f64().unwrap() / r["compiled_ms"].as_f64().unwrap() / 1e6;
+        assert!(
+            (r["gflops"].as_f64().unwrap() / gflops - 1.0).abs() < 1e-9,
+            "{w}"
+        );
+        assert!(
+            r["first_step_ms"].as_f64() >= r["compile_ms"].as_f64(),
+            "{w}"
+        );
+        let losses = |key: &str| -> Vec<f64> {
+            r[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        };
+        let (e, c) = (losses("eager_losses"), losses("compiled_losses"));
+        assert_eq!((e.len(), c.len()), (3, 3), "{w}");
+        for (a, b) in e.iter().zip(&c) {
+            assert!(
+                (a - b).abs() <= 1e-4 * a.abs(),
+                "{w}: eager {e:?} compiled {c:?}"
+            );
+        }
+        assert!(r["rel_error"].as_f64().unwrap() <= 1e-4, "{w}");
+    }
+    assert!(results[2]["throughput"]["unit"] == "sentences");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -124,6 +209,10 @@ fn unknown_workloads_list_the_names() {
         "mlp",
         "block",
         "tiny",
+        "minilm",
+        "train_mlp",
+        "train_block",
+        "train_minilm",
     ] {
         assert!(err.contains(name), "{err}");
     }

@@ -1,7 +1,7 @@
 //! `kiln train` end to end through the binary: AdamW past 95% training accuracy on the UCI
-//! digits, the JSON report, `--save` then `--init` giving back the same loss, SGD with
-//! momentum lowering the loss, a CSV with `#` lines and a header, and clear errors for bad
-//! `--layers`.
+//! digits, the JSON report, `--fused` and `--compile` following the eager loss curve,
+//! `--save` then `--init` giving back the same loss, SGD with momentum lowering the loss, a
+//! CSV with `#` lines and a header, and clear errors for bad `--layers`.
 
 mod common;
 
@@ -138,6 +138,58 @@ fn fused_adamw_follows_the_unfused_loss_curve() {
             (a - b).abs() <= 1e-4 * a.abs(),
             "step {k}: unfused {a} vs fused {b}"
         );
+    }
+}
+
+/// `--compile` (forward and loss through `kiln::compile`, backward through the compiled
+/// backward graph, the optimiser eager) trains as eager autograd does: over 100 steps each
+/// loss is within 1e-4 (relative) of the eager one, with and without `--fused`, without a
+/// recompile.
+#[test]
+fn compiled_training_follows_the_eager_loss_curve() {
+    let data = digits();
+    let run = |extra: &[&str]| {
+        let json = tmp(&format!("compile{}.json", extra.join("")), "");
+        let mut args = vec![
+            "train",
+            "--data",
+            &data,
+            "--steps",
+            "100",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let (ok, out, err) = kiln(&args);
+        assert!(ok, "kiln train {extra:?}: {err}");
+        (out, read_json(&json))
+    };
+    // the eager reference first: this half holds whether or not compiled training works
+    let (_, eager) = run(&[]);
+    assert_eq!(eager["options"]["compile"], false);
+    assert_eq!(eager["compile"], serde_json::Value::Null);
+    let eager_curve = losses(&eager);
+    assert_eq!(eager_curve.len(), 100);
+
+    for extra in [&["--compile"][..], &["--compile", "--fused"][..]] {
+        let (out, doc) = run(extra);
+        assert!(out.contains(", compiled"), "{out}");
+        assert_eq!(doc["options"]["compile"], true);
+        assert_eq!(doc["options"]["fused"], extra.len() == 2);
+        let c = &doc["compile"];
+        // every batch has the same shape: compiled on the first step, never again
+        assert_eq!(c["recompiles"], 0, "{c}");
+        assert!(c["graphs"].as_u64().unwrap() >= 1, "{c}");
+        assert!(c["first_step_seconds"].as_f64().unwrap() > 0.0, "{c}");
+        let curve = losses(&doc);
+        assert_eq!(curve.len(), 100);
+        for (k, (e, c)) in eager_curve.iter().zip(&curve).enumerate() {
+            assert!(
+                (e - c).abs() <= 1e-4 * e.abs(),
+                "{extra:?} step {k}: eager {e} vs compiled {c}"
+            );
+        }
+        assert!(doc["train_accuracy"].as_f64().unwrap() >= 0.95, "{doc}");
     }
 }
 

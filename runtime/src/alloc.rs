@@ -27,6 +27,9 @@ pub struct AllocStats {
     pub alloc_calls: u64,
     /// Requests served from the cache instead of the system.
     pub cache_hits: u64,
+    /// The most `allocated_bytes` has been since the process started or since the last
+    /// [`reset_peak_stats`] (torch's `max_memory_allocated`).
+    pub peak_allocated_bytes: usize,
 }
 
 /// A cached block's address. The pool owns it exclusively.
@@ -48,6 +51,7 @@ static POOL: Mutex<Pool> = Mutex::new(Pool {
         cached_blocks: 0,
         alloc_calls: 0,
         cache_hits: 0,
+        peak_allocated_bytes: 0,
     },
 });
 
@@ -119,7 +123,7 @@ impl Block {
             if let Some((_, c)) = hit {
                 pool.stats.cache_hits += 1;
                 pool.stats.cached_blocks -= 1;
-                pool.stats.allocated_bytes += c;
+                add_allocated(&mut pool.stats, c);
             }
             hit
         };
@@ -132,7 +136,7 @@ impl Block {
         }
         let ptr = system_alloc(class, zeroed);
         let mut pool = POOL.lock();
-        pool.stats.allocated_bytes += class;
+        add_allocated(&mut pool.stats, class);
         pool.stats.reserved_bytes += class;
         Block { ptr, class }
     }
@@ -156,6 +160,12 @@ impl Drop for Block {
             .or_default()
             .push(FreePtr(self.ptr));
     }
+}
+
+/// Counts `class` more bytes as allocated, raising the peak when it passes it.
+fn add_allocated(stats: &mut AllocStats, class: usize) {
+    stats.allocated_bytes += class;
+    stats.peak_allocated_bytes = stats.peak_allocated_bytes.max(stats.allocated_bytes);
 }
 
 /// Takes a cached block for `class`: the exact class, or for large classes the smallest
@@ -235,6 +245,13 @@ pub fn empty_cache() {
 /// A snapshot of the allocator's counters.
 pub fn allocator_stats() -> AllocStats {
     POOL.lock().stats
+}
+
+/// Starts a new peak: `peak_allocated_bytes` becomes the bytes allocated now (torch's
+/// `reset_peak_memory_stats`), so that the peak of a region of code is read after it.
+pub fn reset_peak_stats() {
+    let mut pool = POOL.lock();
+    pool.stats.peak_allocated_bytes = pool.stats.allocated_bytes;
 }
 
 #[cfg(test)]

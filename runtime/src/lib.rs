@@ -4,7 +4,8 @@
 //! * [`CpuTensor`]: shape, strides (in elements) and offset over a shared [`Storage`].
 //! * [`execute`] / [`execute_inplace`]: run one op eagerly; operand types are checked by
 //!   [`kiln_ir::infer`], so bad input is a [`RuntimeError`], never a panic.
-//! * [`allocator_stats`] / [`empty_cache`]: the caching allocator that every storage uses.
+//! * [`allocator_stats`] / [`empty_cache`] / [`reset_peak_stats`]: the caching allocator that
+//!   every storage uses.
 //! * [`device`]: the device caching allocator of accelerator backends (size classes, pools
 //!   per stream, stats, `empty_cache`), generic over the device's memory.
 //!
@@ -26,7 +27,7 @@ mod tensor;
 mod tensor_copy;
 mod transpose;
 
-pub use alloc::{allocator_stats, empty_cache, AllocStats};
+pub use alloc::{allocator_stats, empty_cache, reset_peak_stats, AllocStats};
 pub use element::Element;
 pub use error::RuntimeError;
 pub use exec::{execute, execute_inplace, EagerArg};

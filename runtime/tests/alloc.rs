@@ -2,7 +2,7 @@
 //! the counters are global, so nothing else in this binary may allocate concurrently.
 
 use kiln_ir::{DType, Op, Scalar, Shape};
-use kiln_runtime::{allocator_stats, empty_cache, execute, CpuTensor};
+use kiln_runtime::{allocator_stats, empty_cache, execute, reset_peak_stats, CpuTensor};
 
 fn full(n: usize) -> CpuTensor {
     execute(
@@ -61,6 +61,22 @@ fn blocks_are_cached_and_reused() {
     let _c = x.clone();
     assert_eq!(allocator_stats().alloc_calls, calls);
     drop((x, _v, _c));
+
+    // The peak: the most bytes allocated since the last reset, reset to what is live.
+    reset_peak_stats();
+    let live = allocator_stats().allocated_bytes;
+    assert_eq!(allocator_stats().peak_allocated_bytes, live);
+    let p1 = full(1 << 16); // 256 KiB
+    let p2 = full(1000); // 4096
+    drop(p1);
+    let p3 = full(10); // 64, from a new class
+    let s = allocator_stats();
+    assert_eq!(s.peak_allocated_bytes, live + (256 << 10) + 4096);
+    assert_eq!(s.allocated_bytes, live + 4096 + 64);
+    reset_peak_stats();
+    assert_eq!(allocator_stats().peak_allocated_bytes, live + 4096 + 64);
+    drop((p2, p3));
+    assert_eq!(allocator_stats().peak_allocated_bytes, live + 4096 + 64);
 
     // Zero-size tensors allocate nothing.
     let calls = allocator_stats().alloc_calls;

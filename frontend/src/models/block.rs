@@ -98,6 +98,33 @@ impl Block {
         self.heads
     }
 
+    /// The block with every weight made a leaf that requires grad (or not), for training:
+    /// [`Model::weights`] then returns the parameters (clones sharing `.grad`) that an
+    /// optimiser updates in place, and `forward` records autograd history.
+    pub fn requires_grad_(mut self, requires_grad: bool) -> Result<Block> {
+        for w in [
+            &mut self.ln1_w,
+            &mut self.ln1_b,
+            &mut self.wq,
+            &mut self.bq,
+            &mut self.wk,
+            &mut self.bk,
+            &mut self.wv,
+            &mut self.bv,
+            &mut self.wo,
+            &mut self.bo,
+            &mut self.ln2_w,
+            &mut self.ln2_b,
+            &mut self.w1,
+            &mut self.b1,
+            &mut self.w2,
+            &mut self.b2,
+        ] {
+            *w = w.clone().requires_grad_(requires_grad)?;
+        }
+        Ok(self)
+    }
+
     /// `[b, s, d] -> [b, heads, s, hd]`.
     fn split_heads(&self, t: &Tensor, b: i64, s: i64) -> Result<Tensor> {
         let h = self.heads as i64;

@@ -9,9 +9,12 @@ use crate::{Result, Tensor};
 /// Modules applied in order (`torch.nn.Sequential`). Layer `i`'s parameters are named
 /// `"{i}.{name}"`, so `Sequential` of `Linear, ReLU, Linear` has `0.weight`, `0.bias`,
 /// `2.weight`, `2.bias`, as torch names them; an empty one returns its input.
+///
+/// Layers are `Send + Sync` (every layer of `nn` is), so a `Sequential` is too and its
+/// `forward` can be captured by [`crate::compile`], whose functions are `Send + Sync`.
 #[derive(Default)]
 pub struct Sequential {
-    layers: Vec<Box<dyn Module>>,
+    layers: Vec<Box<dyn Module + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Sequential {
@@ -37,7 +40,7 @@ impl Sequential {
     }
 
     /// The sequence with `layer` appended (index `self.len()`).
-    pub fn push(mut self, layer: impl Module + 'static) -> Sequential {
+    pub fn push(mut self, layer: impl Module + Send + Sync + 'static) -> Sequential {
         self.layers.push(Box::new(layer));
         self
     }
@@ -54,7 +57,7 @@ impl Sequential {
 
     /// Layer `i`, if there is one.
     pub fn get(&self, i: usize) -> Option<&dyn Module> {
-        self.layers.get(i).map(|l| &**l)
+        self.layers.get(i).map(|l| -> &dyn Module { &**l })
     }
 
     /// A multi-layer perceptron `Linear(sizes[0], sizes[1]), ReLU, Linear(sizes[1],

@@ -20,11 +20,17 @@
 //! The limits measured first: a triad on all cores over 3 × 1 GiB arrays, far larger than the
 //! last-level cache (`--quick`: 3 × 16 MiB, which is *not* a DRAM figure), and the best f32
 //! GEMM at 2048³ through `Tensor::matmul` (`--quick`: 512³).
+//!
+//! The training workloads (`train_mlp`, `train_block`, `train_minilm`; see [`train`]) time
+//! one optimiser step instead of a forward call, verified by comparing the losses of the
+//! first steps of the two sides, and count their flops as 3× the forward's. Every row has
+//! the peak memory of each side, from the caching allocator's statistics.
 
 mod limits;
 mod machine;
 mod report;
 mod run;
+mod train;
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -40,8 +46,9 @@ use std::time::Duration;
 /// The options of `kiln bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// a workload to run (repeatable, or comma-separated; default: all of pointwise,
-    /// layernorm, softmax, reduce, mlp, block, tiny)
+    /// a workload to run (repeatable, or comma-separated): pointwise, layernorm, softmax,
+    /// reduce, mlp, block, tiny, minilm (a forward call), train_mlp, train_block,
+    /// train_minilm (a training step) [default: all of them]
     #[arg(long = "workload", value_name = "NAME", value_delimiter = ',')]
     pub workloads: Vec<String>,
     /// the backend the workloads are compiled with (cuda: the device `KILN_CUDA_DEVICE` names)
@@ -273,14 +280,17 @@ pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
 
     let mut results = Vec::new();
     for name in &workloads {
-        results.push(bench_one(
-            name,
-            backend,
-            args.quick,
-            &plan,
-            gemm.best_gflops,
-            &progress,
-        ));
+        results.push(match train::Workload::new(name, args.quick) {
+            Some(w) => bench_train(&w, backend, &plan, gemm.best_gflops, &progress),
+            None => bench_one(
+                name,
+                backend,
+                args.quick,
+                &plan,
+                gemm.best_gflops,
+                &progress,
+            ),
+        });
         progress.inc(1);
     }
     progress.finish_and_clear();
@@ -323,25 +333,42 @@ pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
     }
 }
 
-/// The workloads to run: `given` checked against the zoo, or all of them.
+/// Every workload `--workload` may name: the zoo's forward calls, then the training steps.
+fn known() -> Vec<&'static str> {
+    models::NAMES.iter().chain(train::NAMES).copied().collect()
+}
+
+/// The workloads `kiln bench` runs when `--workload` names none.
+pub const DEFAULT_WORKLOADS: &[&str] = &[
+    "pointwise",
+    "layernorm",
+    "softmax",
+    "reduce",
+    "mlp",
+    "block",
+    "tiny",
+    "minilm",
+    "train_mlp",
+    "train_block",
+    "train_minilm",
+];
+
+/// The workloads to run: `given` checked against [`known`], or [`DEFAULT_WORKLOADS`].
 fn select(given: &[String]) -> Result<Vec<String>, BenchError> {
     if given.is_empty() {
-        return Ok(models::NAMES.iter().map(|s| s.to_string()).collect());
+        return Ok(DEFAULT_WORKLOADS.iter().map(|s| s.to_string()).collect());
     }
+    let known = known();
     given
         .iter()
         .map(|name| {
-            if models::NAMES.contains(&name.as_str()) {
+            if known.contains(&name.as_str()) {
                 Ok(name.clone())
             } else {
                 Err(BenchError::UnknownWorkload {
                     name: name.clone(),
-                    note: if name == "minilm" {
-                        " (minilm is not in kiln's model zoo yet)"
-                    } else {
-                        ""
-                    },
-                    known: models::NAMES.join(", "),
+                    note: "",
+                    known: known.join(", "),
                 })
             }
         })
@@ -423,6 +450,13 @@ fn error_row(name: &str, backend: Backend, shape: &[usize], error: String) -> Ro
         graphs: None,
         error: Some(error),
         throughput: None,
+        kind: "forward",
+        eager_peak_bytes: None,
+        compiled_peak_bytes: None,
+        first_step_ms: None,
+        eager_losses: None,
+        compiled_losses: None,
+        optimizer: None,
     }
 }
 
@@ -493,6 +527,92 @@ fn row(
     r.compiled_runs = Some(m.compiled.runs);
     r.rel_error = Some(m.rel_error);
     r.graphs = Some(m.graphs);
+    r.eager_peak_bytes = Some(m.eager_peak_bytes as u64);
+    r.compiled_peak_bytes = Some(m.compiled_peak_bytes as u64);
+    r
+}
+
+/// Builds, verifies and times one training workload; any failure becomes an error row.
+fn bench_train(
+    w: &train::Workload,
+    backend: Backend,
+    plan: &Plan,
+    gemm_gflops: f64,
+    progress: &ProgressBar,
+) -> Row {
+    progress.set_message(format!(
+        "{}: eager vs compiled training steps ({backend})",
+        w.name()
+    ));
+    train_row(
+        w,
+        backend,
+        gemm_gflops,
+        train::measure(w, backend, plan.workload),
+    )
+}
+
+/// A training workload's row from its measurements (or its failure).
+fn train_row(
+    w: &train::Workload,
+    backend: Backend,
+    gemm_gflops: f64,
+    measured: Result<train::TrainMeasured, train::TrainError>,
+) -> Row {
+    let flops = w.step_flops();
+    let mut r = error_row(w.name(), backend, &w.shape(), String::new());
+    r.kind = "train";
+    r.optimizer = Some("adamw (fused, lr 1e-3)");
+    r.limit = Some(gemm_gflops);
+    r.limit_unit = "GFLOP/s";
+    r.flops = Some(flops);
+    r.bytes = w
+        .inputs()
+        .map(|xs| {
+            xs.iter()
+                .map(|x| x.numel() * x.dtype().size_bytes())
+                .sum::<usize>() as f64
+        })
+        .unwrap_or(0.0);
+    r.tolerance = train::tolerance(backend);
+    let m = match measured {
+        Ok(m) => m,
+        Err(e) => {
+            if let train::TrainError::Mismatch { rel_error, .. } = &e {
+                r.rel_error = Some(*rel_error).filter(|e| e.is_finite());
+            }
+            r.error = Some(e.to_string());
+            return r;
+        }
+    };
+    let gflops = flops / (m.compiled.median_ms / 1e3) / 1e9;
+    r.error = None;
+    r.verified = true;
+    r.eager_ms = Some(m.eager.median_ms);
+    r.compiled_ms = Some(m.compiled.median_ms);
+    r.speedup = Some(m.eager.median_ms / m.compiled.median_ms);
+    r.gflops = Some(gflops);
+    r.fraction_of_limit = Some(gflops / gemm_gflops);
+    r.compile_ms = Some(m.compile_ms);
+    r.first_step_ms = Some(m.first_step_ms);
+    r.throughput = w.items().map(|(per_call, unit)| Throughput {
+        unit,
+        per_call,
+        eager_per_s: per_call as f64 / (m.eager.median_ms / 1e3),
+        compiled_per_s: per_call as f64 / (m.compiled.median_ms / 1e3),
+    });
+    r.eager_min_ms = Some(m.eager.min_ms);
+    r.eager_max_ms = Some(m.eager.max_ms);
+    r.compiled_min_ms = Some(m.compiled.min_ms);
+    r.compiled_max_ms = Some(m.compiled.max_ms);
+    r.eager_runs = Some(m.eager.runs);
+    r.compiled_runs = Some(m.compiled.runs);
+    r.rel_error = Some(m.rel_error);
+    r.graphs = Some(m.graphs);
+    r.eager_peak_bytes = Some(m.eager_peak_bytes as u64);
+    r.compiled_peak_bytes = Some(m.compiled_peak_bytes as u64);
+    r.eager_losses = Some(m.eager_losses);
+    r.compiled_losses = Some(m.compiled_losses);
     r
 }
 
@@ -541,6 +661,12 @@ mod tests {
             msg.contains("resnet") && msg.contains("pointwise, layernorm"),
             "{msg}"
         );
+        assert!(
+            msg.contains("train_mlp, train_block, train_minilm"),
+            "{msg}"
+        );
+        let chosen = select(&["train_block".into(), "softmax".into()]).unwrap();
+        assert_eq!(chosen, ["train_block", "softmax"]);
         // cuda resolves where there is a device, and says why not elsewhere
         match BenchBackend::Cuda.resolve() {
             Ok(b) => assert_eq!(b, Backend::Cuda),
@@ -549,6 +675,6 @@ mod tests {
                 assert!(e.contains("cuda") && e.contains("eager, interp"), "{e}");
             }
         }
-        assert_eq!(select(&[]).unwrap().len(), models::NAMES.len());
+        assert_eq!(select(&[]).unwrap(), DEFAULT_WORKLOADS);
     }
 }

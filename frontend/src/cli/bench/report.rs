@@ -6,6 +6,12 @@
 //! "speedup", "gbs", "gflops", "fraction_of_limit", "compile_ms", "limit", "verified", ...}]}`.
 //! Keys may be added after those; a figure that does not apply (GB/s of a matmul workload,
 //! any time of a workload that failed its check) is `null`.
+//!
+//! Training rows (`"kind": "train"`) time one optimiser step (forward + loss, backward,
+//! AdamW) and count 3× the forward's matmul flops; they add the first compiled step's time,
+//! the losses of the verification steps and the optimiser. Every row has the peak memory of
+//! each side (`eager_peak_bytes`, `compiled_peak_bytes`: the caching allocator's peak above
+//! the bytes held before; see `bench/train.rs` and `bench/run.rs` for what each counts).
 
 use super::machine::Machine;
 use serde::Serialize;
@@ -105,6 +111,20 @@ pub struct Row {
     pub error: Option<String>,
     /// items per second for workloads that count items (minilm: sentences)
     pub throughput: Option<Throughput>,
+    /// `"forward"` (one call of the model) or `"train"` (one optimiser step)
+    pub kind: &'static str,
+    /// peak bytes held by live tensors during eager calls or steps, above those held before
+    pub eager_peak_bytes: Option<u64>,
+    /// the same for the compiled calls or steps
+    pub compiled_peak_bytes: Option<u64>,
+    /// training rows: the whole first compiled step (trace + compile + the step), ms
+    pub first_step_ms: Option<f64>,
+    /// training rows: the loss of each verification step, eager
+    pub eager_losses: Option<Vec<f64>>,
+    /// training rows: the loss of each verification step, compiled
+    pub compiled_losses: Option<Vec<f64>>,
+    /// training rows: the optimiser of a step
+    pub optimizer: Option<&'static str>,
 }
 
 /// Items per second, eager and compiled (from the median calls).
@@ -138,6 +158,7 @@ impl Report {
             "limit",
             "% of limit",
             "compile",
+            "peak memory (eager / compiled)",
             "verified",
         ];
         let rows: Vec<Vec<String>> = self.results.iter().map(cells).collect();
@@ -198,8 +219,18 @@ impl Report {
             "times: median (min–max) of eager and compiled calls timed in alternation; \
              compile = the first compiled call (trace + compile + run)\n\
              limit: memory-bound rows against a triad over their own working set (bytes read + \
-             written), matmul rows against the GEMM peak\n",
+             written), matmul rows against the GEMM peak\n\
+             peak memory: the allocator's most bytes in live tensors during a side's calls, \
+             above what was held before them\n",
         );
+        if self.results.iter().any(|r| r.kind == "train") {
+            out.push_str(
+                "train_*: one step = forward + loss, backward, AdamW (fused); flops = 3 x the \
+                 forward's matmul flops; compile = the first compiled call (trace + compile + \
+                 forward); peak over steps 2-3 above the bytes held before step 1 (optimiser \
+                 state, gradients, saved activations)\n",
+            );
+        }
         for r in &self.results {
             if let Some(t) = &r.throughput {
                 out.push_str(&format!(
@@ -258,6 +289,10 @@ fn cells(r: &Row) -> Vec<String> {
             let (scale, unit) = unit_of(c);
             format!("{} {unit}", num(c * scale))
         }),
+        match (r.eager_peak_bytes, r.compiled_peak_bytes) {
+            (Some(e), Some(c)) => format!("{} / {}", human_bytes(e as f64), human_bytes(c as f64)),
+            _ => dash(),
+        },
         if r.verified { "yes" } else { "FAIL" }.to_string(),
     ]
 }
@@ -332,6 +367,13 @@ mod tests {
                 eager_per_s: 4000.0,
                 compiled_per_s: 16000.0,
             }),
+            kind: "forward",
+            eager_peak_bytes: verified.then_some(3 << 20),
+            compiled_peak_bytes: verified.then_some(1 << 20),
+            first_step_ms: None,
+            eager_losses: None,
+            compiled_losses: None,
+            optimizer: None,
         }
     }
 
@@ -366,6 +408,8 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("3.00 GiB"), "{table}");
+        assert!(table.contains("3.0 MiB / 1.0 MiB"), "{table}");
+        assert!(!table.contains("train_*"), "{table}");
         assert!(
             table.contains("softmax: 16000.0 sentences/s compiled, 4000.0 sentences/s eager"),
             "{table}"
@@ -374,5 +418,11 @@ mod tests {
         assert_eq!(json["results"][1]["eager_ms"], serde_json::Value::Null);
         assert_eq!(json["machine"]["isa"][0], "avx2");
         assert_eq!(json["results"][0]["throughput"]["per_call"], 8);
+        assert_eq!(json["results"][0]["kind"], "forward");
+        assert_eq!(json["results"][0]["compiled_peak_bytes"], 1 << 20);
+        assert_eq!(
+            json["results"][1]["eager_peak_bytes"],
+            serde_json::Value::Null
+        );
     }
 }

@@ -1,9 +1,15 @@
 //! One workload, eager and compiled: the first compiled call (timed on its own), the check of
-//! the compiled outputs against eager ones, and the timing loop that runs the two in
-//! alternation so that drift of the machine (frequency, neighbours) affects both alike.
+//! the compiled outputs against eager ones, the peak memory of one call of each, and the
+//! timing loop that runs the two in alternation so that drift of the machine (frequency,
+//! neighbours) affects both alike.
+//!
+//! Peak memory is read from the caching allocator: for an eager call, the most bytes held by
+//! live tensors during it above those held before it (its intermediates and outputs); for a
+//! compiled call (a cache hit), the same above the bytes held before the *first* compiled
+//! call, so that buffers the compiled plan keeps between calls count too.
 
 use kiln::models::Model;
-use kiln::{compile_with, Backend, CompileOptions, Tensor};
+use kiln::{allocator_stats, compile_with, reset_peak_stats, Backend, CompileOptions, Tensor};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -103,6 +109,10 @@ pub struct Measured {
     pub rel_error: f64,
     /// graphs the compiled function holds (more than one: graph breaks)
     pub graphs: u64,
+    /// peak bytes of one eager call above those held before it
+    pub eager_peak_bytes: usize,
+    /// peak bytes of one compiled call above those held before the first compiled call
+    pub compiled_peak_bytes: usize,
 }
 
 /// The tolerance of the compiled-vs-eager check: relative L2 `1e-4`, and `1e-3` for
@@ -131,12 +141,17 @@ pub fn measure(
             .name(model.name()),
     );
 
+    let before_compile = allocator_stats().allocated_bytes;
     let start = Instant::now();
     let first = compiled.call(inputs)?;
     let compile_ms = start.elapsed().as_secs_f64() * 1e3;
     let reference = eager(inputs)?;
     let rel_error = check(&reference, &first, tolerance(model, backend))?;
     drop((first, reference));
+    let eager_peak_bytes = peak_above(allocator_stats().allocated_bytes, || {
+        eager(inputs).map(drop)
+    })?;
+    let compiled_peak_bytes = peak_above(before_compile, || compiled.call(inputs).map(drop))?;
 
     let (eager_t, compiled_t) = alternate(
         budget,
@@ -149,7 +164,18 @@ pub fn measure(
         compiled: compiled_t,
         rel_error,
         graphs: compiled.stats().compiles,
+        eager_peak_bytes,
+        compiled_peak_bytes,
     })
+}
+
+/// Runs `f` and returns the allocator's peak during it less `before` (0 if below).
+pub fn peak_above<E>(before: usize, f: impl FnOnce() -> Result<(), E>) -> Result<usize, E> {
+    reset_peak_stats();
+    f()?;
+    Ok(allocator_stats()
+        .peak_allocated_bytes
+        .saturating_sub(before))
 }
 
 /// The largest relative L2 error over the outputs, or the first that is over `tolerance`.
@@ -296,6 +322,9 @@ mod tests {
         };
         let m = measure(&*model, &inputs, Backend::Eager, budget).unwrap();
         assert!(m.rel_error <= 1e-4);
+        // each call allocates its output at least (other tests of this binary allocate
+        // concurrently, so the figures are not compared exactly)
+        assert!(m.eager_peak_bytes > 0 && m.compiled_peak_bytes > 0, "{m:?}");
         assert_eq!((m.eager.runs, m.compiled.runs), (3, 3));
     }
 }

@@ -3,6 +3,11 @@
 //! cross-entropy loss and SGD or AdamW; weights in and out as safetensors with torch's
 //! names (`0.weight`, `0.bias`, `2.weight`, ...), figures as JSON.
 //!
+//! `--compile` runs the forward pass and the loss through [`kiln::compile`] (the batch is
+//! the argument, the weights are captured and require grad, as `torch.compile(model)`
+//! followed by the loss): the compiled function's loss carries the gradient function of
+//! its compiled backward graph, so `loss.backward()` and the optimiser step stay eager.
+//!
 //! Steps per second are measured over the training loop alone (batches made, forward,
 //! backward, optimiser step, the loss read back), not over reading the data, building the
 //! model, the final evaluation or saving.
@@ -17,7 +22,7 @@ use kiln::autograd::no_grad;
 use kiln::nn::functional::{cross_entropy, CrossEntropyOptions};
 use kiln::nn::{load_parameters, save_parameters, Module, Sequential};
 use kiln::optim::{AdamW, Optimizer, Sgd};
-use kiln::Tensor;
+use kiln::{compile_with, CompileOptions, Tensor};
 use progress::Progress;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -75,6 +80,10 @@ pub struct TrainArgs {
     /// parallel (torch's `fused=True`), instead of a dozen eager ops per parameter
     #[arg(long)]
     pub fused: bool,
+    /// compile the forward pass and the loss with `kiln::compile` (the cpu backend); the
+    /// backward pass runs the compiled backward graph, the optimiser stays eager
+    #[arg(long)]
+    pub compile: bool,
     /// steps between progress lines when stderr is not a terminal (0: none)
     #[arg(long, default_value_t = 50, value_name = "N")]
     pub log_every: usize,
@@ -109,6 +118,7 @@ struct Resolved {
     steps: usize,
     shuffle: Option<u64>,
     fused: bool,
+    compile: bool,
     seed: u64,
     init: Option<String>,
     save: Option<String>,
@@ -176,6 +186,7 @@ fn resolve(args: &TrainArgs, data: &Dataset, path: &Path) -> Result<Resolved, Cl
         steps: args.steps,
         shuffle: args.shuffle,
         fused: args.fused,
+        compile: args.compile,
         seed: args.seed,
         init: args.init.as_ref().map(|p| p.display().to_string()),
         save: args.save.as_ref().map(|p| p.display().to_string()),
@@ -236,9 +247,15 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
     }
     let mut opt = optimizer(&o, model.parameters())?;
     let ce = CrossEntropyOptions::default();
+    // the forward pass and the loss of a batch `[x, y]`: eager, or compiled (traced and
+    // compiled on the first step; every batch has the same shape, so later steps reuse it)
+    let forward_loss = |xy: &[Tensor]| cross_entropy(&model.forward(&xy[0])?, &xy[1], &ce);
+    let compiled = o
+        .compile
+        .then(|| compile_with(forward_loss, CompileOptions::default().name("train")));
     println!(
         "training an MLP {} ({} parameters, {}) on {}: {} rows, {} features, {} classes; {} \
-         lr {}, batch {}, {} steps",
+         lr {}, batch {}, {} steps{}",
         join(&o.layers),
         model.num_parameters(),
         match &args.init {
@@ -255,20 +272,29 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
         },
         o.lr,
         o.batch,
-        o.steps
+        o.steps,
+        if o.compile { ", compiled" } else { "" }
     );
 
     let mut order = BatchOrder::new(data.len(), o.shuffle);
     let progress = Progress::new(o.steps, args.log_every);
     let mut losses = Vec::with_capacity(o.steps);
     let start = Instant::now();
+    let mut first_step_seconds = None;
     for step in 0..o.steps {
         let (x, y) = data.gather(&order.batch(step, o.batch))?;
-        let loss = cross_entropy(&model.forward(&x)?, &y, &ce)?;
+        let xy = [x, y];
+        let loss = match &compiled {
+            Some(f) => f.call(&xy)?,
+            None => forward_loss(&xy)?,
+        };
         opt.zero_grad();
         loss.backward()?;
         opt.step()?;
         let l = loss.item()?;
+        if step == 0 {
+            first_step_seconds = Some(start.elapsed().as_secs_f64());
+        }
         losses.push(l);
         progress.step(step, l);
     }
@@ -305,6 +331,17 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
             "steps_per_second": steps_per_second,
             "train_seconds": seconds,
             "options": o,
+            // with --compile: graphs compiled, graph breaks, and the first step (trace +
+            // compile + one step, included in steps_per_second); null without it
+            "compile": compiled.as_ref().map(|f| {
+                let s = f.stats();
+                serde_json::json!({
+                    "graphs": s.compiles,
+                    "graph_breaks": s.graph_breaks,
+                    "recompiles": s.recompiles,
+                    "first_step_seconds": first_step_seconds,
+                })
+            }),
         });
         std::fs::write(json, serde_json::to_string_pretty(&doc)?)
             .map_err(|e| format!("{}: {e}", json.display()))?;
