@@ -142,7 +142,7 @@ impl Training {
             })),
             name: "CompiledFunctionBackward".into(),
             edges,
-            out_meta: Mutex::new(vec![Weak::new(); self.outputs]),
+            out_meta: Mutex::new((0..self.outputs).map(|_| Weak::new()).collect()),
         });
         Ok(outs
             .into_iter()
