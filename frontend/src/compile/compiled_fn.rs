@@ -318,33 +318,13 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 needs_grad: true, ..
             } => (self.f)(args),
             TraceEnd::Done { outputs, .. } => Ok(O::unflatten(outputs)),
-            TraceEnd::Whole { graph, params } if wants_grad(flat, &params) => {
-                // gradients are needed: compile it as an entry would be (forward and
-                // backward), without keeping it
-                let opts = &self.shared.opts;
-                let wants = grad_mask(flat, &params);
-                let hints = symbol_sizes(&graph, flat, &params);
-                let training = Training::build(&graph, &wants, hints, opts)?;
-                match training {
-                    Some(t) => {
-                        self.shared.compiles.fetch_add(2, Ordering::Relaxed);
-                        let inputs: Vec<Tensor> = flat.iter().chain(&params).cloned().collect();
-                        Ok(O::unflatten(Arc::new(t).run(&inputs)?))
-                    }
-                    None => {
-                        let inputs: Vec<&CpuTensor> = flat
-                            .iter()
-                            .chain(&params)
-                            .map(|t| t.real())
-                            .collect::<Result<_>>()?;
-                        let outs = self.shared.run_segment(&graph, &inputs)?;
-                        Ok(O::unflatten(
-                            outs.into_iter().map(Tensor::from_cpu).collect(),
-                        ))
-                    }
-                }
-            }
             TraceEnd::Whole { graph, params } => {
+                // when gradients are needed: forward and backward compiled as an entry's
+                // would be, without keeping them
+                if let Some(t) = build_training(&graph, flat, &params, &self.shared.opts)? {
+                    self.shared.compiles.fetch_add(2, Ordering::Relaxed);
+                    return run_whole(&NotRun, &Some(t), flat, &params);
+                }
                 let inputs: Vec<&CpuTensor> = flat
                     .iter()
                     .chain(&params)
@@ -451,13 +431,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 let symbolic = general.is_some();
                 let graph = general.unwrap_or(graph);
                 logs::log_graph(&graph);
-                let training = if wants_grad(flat, &params) {
-                    let wants = grad_mask(flat, &params);
-                    let hints = symbol_sizes(&graph, flat, &params);
-                    Training::build(&graph, &wants, hints, opts)?.map(Arc::new)
-                } else {
-                    None
-                };
+                let training = build_training(&graph, flat, &params, opts)?;
                 let exe: Arc<dyn Executable> = match &training {
                     // the training forward runs instead
                     Some(_) => {
@@ -759,9 +733,20 @@ fn grad_mask(flat: &[Tensor], params: &[Tensor]) -> Vec<bool> {
         .collect()
 }
 
-/// True when some input needs a gradient.
-fn wants_grad(flat: &[Tensor], params: &[Tensor]) -> bool {
-    grad_mask(flat, params).into_iter().any(|b| b)
+/// The compiled forward and backward of `graph` when some input needs a gradient (and a
+/// gradient can flow); `None` otherwise, when the plain graph serves.
+fn build_training(
+    graph: &Graph,
+    flat: &[Tensor],
+    params: &[Tensor],
+    opts: &CompileOptions,
+) -> Result<Option<Arc<Training>>> {
+    let wants = grad_mask(flat, params);
+    if !wants.iter().any(|&w| w) {
+        return Ok(None);
+    }
+    let hints = symbol_sizes(graph, flat, params);
+    Ok(Training::build(graph, &wants, hints, opts)?.map(Arc::new))
 }
 
 /// The size each symbol of `graph` has in this call (to weigh the partition).
