@@ -8,7 +8,9 @@ use kiln_ir::InplaceOp;
 use kiln_runtime::{execute_inplace, EagerArg};
 
 impl Tensor {
-    /// Inside a traced function an in-place op is a graph break: the graph so far runs and
+    /// Inside a traced function an in-place op is a functional update of the graph, written
+    /// back into this tensor's storage when the graph has run; where that cannot be done (a
+    /// view, or a tensor another view aliases) it is a graph break: the graph so far runs and
     /// the mutation is applied to real data, as eager code would.
     #[track_caller]
     fn inplace(&self, op: InplaceOp, arg: Operand<'_>) -> Result<()> {
@@ -19,6 +21,19 @@ impl Tensor {
                 self.shape(),
                 "in-place ops on CUDA tensors are not supported yet (use the out-of-place op)",
             ));
+        }
+        if let Some(tracer) = crate::compile::lazy::current() {
+            if crate::autograd::is_grad_enabled() && self.requires_grad() && self.is_leaf() {
+                return Err(crate::error::Error::Autograd(
+                    "a leaf Variable that requires grad is being used in an in-place operation."
+                        .into(),
+                ));
+            }
+            // a functional update of the graph, written back when it has run; what cannot
+            // be made functional breaks the graph and runs eagerly below
+            if tracer.record_inplace(op, self, arg, std::panic::Location::caller())? {
+                return Ok(());
+            }
         }
         crate::autograd::record_inplace(op, self, arg, || {
             let dst = self.read(op.name())?;

@@ -56,7 +56,14 @@ pub fn grad(g: &Graph) -> Result<Graph, PassError> {
         )
         .map_err(|e| err(e.to_string()))?;
     let needed = vec![true; g.inputs().len()];
-    let grads = backprop(PASS, g, &mut out, HashMap::from([(out0, seed)]), &needed)?;
+    let grads = backprop(
+        PASS,
+        g,
+        &mut out,
+        HashMap::from([(out0, seed)]),
+        &needed,
+        &Default::default(),
+    )?;
     let mut outputs = g.outputs().to_vec();
     for (name, id) in g.inputs() {
         let t = g.node(*id).ty.clone();

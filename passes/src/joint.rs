@@ -11,7 +11,7 @@
 use crate::PassError;
 use kiln_ir::ops::{gradients, GArg, GVal, GradBuilder, GradCall, GradError};
 use kiln_ir::{Arg, BinaryOp, DType, Graph, NodeId, Op, TensorType};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The pass name used in errors.
 const PASS: &str = "joint";
@@ -85,13 +85,15 @@ impl GradBuilder for Builder<'_> {
 /// nodes, seeded with `grads` (value → its gradient), and returns every value's gradient.
 /// Only nodes some seed reaches get a gradient; gradients from several users are summed;
 /// backward nodes carry the location of the forward node they differentiate. Nodes that
-/// do not lead to an input in `needed` are skipped.
+/// do not lead to an input in `needed` are skipped, and so are the nodes in `stop` (values
+/// no gradient flows through: detached, or computed with grad mode off).
 pub(crate) fn backprop(
     pass: &'static str,
     fwd: &Graph,
     out: &mut Graph,
     mut grads: HashMap<NodeId, NodeId>,
     needed: &[bool],
+    stop: &HashSet<NodeId>,
 ) -> Result<HashMap<NodeId, NodeId>, PassError> {
     let n = fwd.len();
     let mut ids: Vec<NodeId> = out.nodes().map(|(id, _)| id).collect();
@@ -104,6 +106,7 @@ pub(crate) fn backprop(
     for &id in &forward {
         let node = fwd.node(id);
         if node.op != Op::Input
+            && !stop.contains(&id)
             && node
                 .args
                 .iter()
@@ -168,6 +171,35 @@ pub(crate) fn backprop(
     Ok(grads)
 }
 
+/// A traced `backward()`: appends to `g` the backward of its nodes from `seeds` (value →
+/// its gradient, nodes of `g`) and returns the gradient of each input whose `needed` entry
+/// is true and that some seed reaches (input index → gradient node). Nodes in `stop` carry
+/// no gradient. The nodes before the call are left as they are.
+pub fn backward_into(
+    g: &mut Graph,
+    seeds: HashMap<NodeId, NodeId>,
+    needed: &[bool],
+    stop: &HashSet<NodeId>,
+) -> Result<HashMap<usize, NodeId>, PassError> {
+    let fwd = g.clone();
+    let needed: Vec<bool> = fwd
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, (_, id))| {
+            needed.get(i).copied().unwrap_or(false) && differentiable(fwd.node(*id).ty.dtype)
+        })
+        .collect();
+    let grads = backprop("backward", &fwd, g, seeds, &needed, stop)?;
+    Ok(fwd
+        .inputs()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| needed[*i])
+        .filter_map(|(i, (_, id))| grads.get(id).map(|&gi| (i, gi)))
+        .collect())
+}
+
 /// The joint graph of `g`: its vector-Jacobian product with respect to the inputs whose
 /// `wants_grad` entry is true (floating inputs only; a shorter slice means the rest do not).
 pub fn joint(g: &Graph, wants_grad: &[bool]) -> Result<Joint, PassError> {
@@ -205,7 +237,7 @@ pub fn joint(g: &Graph, wants_grad: &[bool]) -> Result<Joint, PassError> {
         };
         seeds.insert(o, seed);
     }
-    let grads = backprop(PASS, g, &mut out, seeds, &needed)?;
+    let grads = backprop(PASS, g, &mut out, seeds, &needed, &HashSet::new())?;
     let mut outputs = g.outputs().to_vec();
     let mut grad_of = Vec::new();
     for (i, (_, id)) in g.inputs().iter().enumerate() {

@@ -64,20 +64,40 @@ impl Tensor {
 
     /// The accumulated gradient: `None` until a backward reaches this tensor (a leaf, or a
     /// non-leaf that called [`Tensor::retain_grad`]), and after [`Tensor::zero_grad`].
+    /// Inside a compiled function, a gradient read is an input the compiled graph fetches
+    /// from this tensor on every call.
     pub fn grad(&self) -> Option<Tensor> {
-        self.grad_meta.as_ref().and_then(|m| m.grad.lock().clone())
+        let meta = self.grad_meta.as_ref()?;
+        if let Some(t) = crate::compile::lazy::current() {
+            // a failure to lift it leaves the value to the ops that use it, which report it
+            let _ = t.note_grad(self, false);
+        }
+        meta.grad.lock().clone()
     }
 
     /// Clears the gradient to `None` (what `optimizer.zero_grad()` does by default).
     pub fn zero_grad(&self) {
         if let Some(m) = &self.grad_meta {
+            if let Some(t) = crate::compile::lazy::current() {
+                let _ = t.note_grad(self, true);
+            }
             *m.grad.lock() = None;
         }
     }
 
     /// The same data, cut from the graph: no gradient flows through the result, which
     /// does not require grad (it shares storage and the version counter).
+    ///
+    /// Inside a compiled function it is a value no traced `backward()` differentiates.
+    #[track_caller]
     pub fn detach(&self) -> Tensor {
+        if let (Some(t), crate::tensor::Repr::Lazy(_)) =
+            (crate::compile::lazy::current(), &self.repr)
+        {
+            if let Ok(d) = t.detach(self) {
+                return d;
+            }
+        }
         Tensor {
             repr: self.repr.clone(),
             grad_meta: None,
@@ -92,13 +112,21 @@ impl Tensor {
 
     /// Backward from this one-element tensor: accumulates d(self)/d(leaf) into every leaf
     /// that requires grad and frees the graph (`tensor.backward()`).
+    #[track_caller]
     pub fn backward(&self) -> Result<()> {
         self.backward_with(None, false)
     }
 
     /// Backward with a given gradient of `self` (of its shape; `None`: ones, for a
     /// one-element tensor), keeping the graph for another backward when `retain_graph`.
+    ///
+    /// Inside a compiled function the backward is traced into the same graph (the whole
+    /// training step compiles to one graph; `retain_graph` is then moot: nothing is freed).
+    #[track_caller]
     pub fn backward_with(&self, gradient: Option<&Tensor>, retain_graph: bool) -> Result<()> {
+        if let Some(t) = crate::compile::lazy::current() {
+            return t.backward(self, gradient, std::panic::Location::caller());
+        }
         let g = gradient.map(std::slice::from_ref);
         super::engine::run(std::slice::from_ref(self), g, retain_graph, None).map(|_| ())
     }

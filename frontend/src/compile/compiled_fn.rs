@@ -12,6 +12,7 @@ use super::args::{TensorArgs, TensorOutputs};
 use super::backend::Executable;
 use super::dynamic::{generalize, same_as_instantiated};
 use super::explain::ExplainReport;
+use super::functional::{write_back, WholeEffects};
 use super::guards::{GuardFailure, Guards, TensorGuard};
 use super::lazy;
 use super::logs;
@@ -41,6 +42,8 @@ enum EntryKind {
         /// for inputs that require grad: the compiled forward and backward (`exe` is then
         /// not run)
         training: Option<Arc<Training>>,
+        /// in-place updates written back, gradients set, `.grad` inputs fetched
+        effects: Box<WholeEffects>,
     },
     /// the function breaks into several graphs: it re-runs under the tracer on each call;
     /// `eager_grad`: gradients are needed, which the segments do not record, so it runs
@@ -200,11 +203,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         let mut hits = Vec::new();
         let mut failures = Vec::new();
         for e in &st.entries {
-            let params: &[Tensor] = match &e.kind {
-                EntryKind::Whole { params, .. } => params,
-                EntryKind::Stepwise { .. } => &[],
-            };
-            match e.guards.check(flat, params) {
+            match e.check(flat) {
                 Ok(b) => hits.push((e.clone(), b)),
                 Err(f) => failures.push((e.clone(), f)),
             }
@@ -236,6 +235,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     params,
                     symbolic,
                     training,
+                    effects,
                 } => {
                     if *symbolic {
                         let key: Vec<usize> = bindings.iter().map(|(_, n)| *n).collect();
@@ -251,14 +251,21 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                                     Some(false) => continue,
                                     Some(true) => {
                                         self.shared.hits.fetch_add(1, Ordering::Relaxed);
-                                        return run_whole(exe.as_ref(), training, flat, params)
-                                            .map(Some);
+                                        return run_whole(
+                                            exe.as_ref(),
+                                            training,
+                                            flat,
+                                            params,
+                                            effects,
+                                        )
+                                        .map(Some);
                                     }
                                     None => {}
                                 }
                                 let end = self.trace(args, flat)?;
-                                let ok = matches!(&end, TraceEnd::Whole { graph: g, params: p }
-                                    if same_as_instantiated(graph, bindings, g) && same_params(params, p));
+                                let ok = matches!(&end, TraceEnd::Whole { graph: g, params: p, .. }
+                                    if same_as_instantiated(graph, bindings, g)
+                                        && same_params(params, p, effects));
                                 {
                                     let mut v = entry.verified.lock();
                                     if v.len() >= VERIFIED_LIMIT {
@@ -273,7 +280,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                         }
                     }
                     self.shared.hits.fetch_add(1, Ordering::Relaxed);
-                    return run_whole(exe.as_ref(), training, flat, params).map(Some);
+                    return run_whole(exe.as_ref(), training, flat, params, effects).map(Some);
                 }
             }
         }
@@ -318,22 +325,25 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 needs_grad: true, ..
             } => (self.f)(args),
             TraceEnd::Done { outputs, .. } => Ok(O::unflatten(outputs)),
-            TraceEnd::Whole { graph, params } => {
+            TraceEnd::Whole {
+                graph,
+                params,
+                effects,
+            } => {
                 // when gradients are needed: forward and backward compiled as an entry's
                 // would be, without keeping them
-                if let Some(t) = build_training(&graph, flat, &params, &self.shared.opts)? {
+                if let Some(t) = build_training(&graph, flat, &params, &effects, &self.shared.opts)?
+                {
                     self.shared.compiles.fetch_add(2, Ordering::Relaxed);
-                    return run_whole(&NotRun, &Some(t), flat, &params);
+                    return run_whole(&NotRun, &Some(t), flat, &params, &effects);
                 }
-                let inputs: Vec<&CpuTensor> = flat
-                    .iter()
-                    .chain(&params)
-                    .map(|t| t.real())
-                    .collect::<Result<_>>()?;
-                let outs = self.shared.run_segment(&graph, &inputs)?;
-                Ok(O::unflatten(
-                    outs.into_iter().map(Tensor::from_cpu).collect(),
-                ))
+                run_whole(
+                    &SegmentExe(&self.shared, &graph),
+                    &None,
+                    flat,
+                    &params,
+                    &effects,
+                )
             }
         }
     }
@@ -415,7 +425,11 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         // The entry is kept even when running it fails below: a data-dependent runtime
         // error (an index out of range) is the call's, not the graph's.
         let (entry, out) = match end {
-            TraceEnd::Whole { graph, params } => {
+            TraceEnd::Whole {
+                graph,
+                params,
+                effects,
+            } => {
                 let n_args = flat.len();
                 // The latest entry that failed only on sizes is a second sample of the
                 // same program: sizes equal in both are constants, not symbols.
@@ -431,7 +445,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 let symbolic = general.is_some();
                 let graph = general.unwrap_or(graph);
                 logs::log_graph(&graph);
-                let training = build_training(&graph, flat, &params, opts)?;
+                let training = build_training(&graph, flat, &params, &effects, opts)?;
                 let exe: Arc<dyn Executable> = match &training {
                     // the training forward runs instead
                     Some(_) => {
@@ -458,6 +472,12 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     .zip(&params)
                     .map(|((name, _), p)| TensorGuard::exact(name.clone(), p, layout))
                     .collect();
+                let mut params = params;
+                // a `.grad` input is fetched from its leaf on every call: keep no tensor of
+                // this one alive
+                for (i, _) in &effects.grad_slots {
+                    params[*i] = params[*i].detach();
+                }
                 let guards = Guards {
                     args: arg_guards,
                     params: param_guards,
@@ -465,7 +485,13 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 };
                 let verified = if symbolic {
                     let sizes = guards
-                        .check(flat, &params)
+                        .check(
+                            flat,
+                            &resolve_params(&params, &effects).map_err(|f| Error::Compile {
+                                function: opts.name.clone(),
+                                reason: format!("a gradient read by the trace is gone: {f}"),
+                            })?,
+                        )
                         .map_err(|f| Error::Compile {
                             function: opts.name.clone(),
                             reason: format!("the generalised guards reject their own trace: {f}"),
@@ -485,6 +511,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                         params,
                         symbolic,
                         training,
+                        effects,
                     },
                     verified: Mutex::new(verified),
                 };
@@ -540,9 +567,10 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     exe,
                     params,
                     training,
+                    effects,
                     ..
                 },
-            ) => run_whole(exe.as_ref(), training, flat, params),
+            ) => run_whole(exe.as_ref(), training, flat, params, effects),
             (None, EntryKind::Stepwise { .. }) => unreachable!("a stepwise trace has its outputs"),
         }
     }
@@ -592,13 +620,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
     pub fn entry_for(&self, args: &A) -> Option<usize> {
         let flat = args.flatten();
         let st = self.shared.state.lock();
-        st.entries.iter().position(|e| {
-            let params: &[Tensor] = match &e.kind {
-                EntryKind::Whole { params, .. } => params,
-                EntryKind::Stepwise { .. } => &[],
-            };
-            e.guards.check(&flat, params).is_ok()
-        })
+        st.entries.iter().position(|e| e.check(&flat).is_ok())
     }
 
     /// The guards of each cache entry, in lookup order.
@@ -681,33 +703,111 @@ fn run_whole<O: TensorOutputs>(
     training: &Option<Arc<Training>>,
     flat: &[Tensor],
     params: &[Tensor],
+    effects: &WholeEffects,
 ) -> Result<O> {
-    if let Some(t) = training {
-        let inputs: Vec<Tensor> = flat.iter().chain(params).cloned().collect();
-        return Ok(O::unflatten(t.run(&inputs)?));
+    let params = resolve_params(params, effects).map_err(|f| Error::Compile {
+        function: "compiled".into(),
+        reason: f.to_string(),
+    })?;
+    // checks of argument values the trace made (cross-entropy's target bounds): before
+    // anything runs, so a failing call changes nothing
+    for (i, check) in &effects.arg_checks {
+        check(flat[*i].real()?)?;
     }
-    let inputs: Vec<&CpuTensor> = flat
-        .iter()
-        .chain(params)
-        .map(|t| t.real())
-        .collect::<Result<_>>()?;
-    let outs = exe.run(&inputs)?;
-    Ok(O::unflatten(
-        outs.into_iter().map(Tensor::from_cpu).collect(),
-    ))
+    let inputs: Vec<Tensor> = flat.iter().chain(&params).cloned().collect();
+    let mut outs = match training {
+        Some(t) => t.run(&inputs)?,
+        None => {
+            let refs: Vec<&CpuTensor> = inputs.iter().map(|t| t.real()).collect::<Result<_>>()?;
+            exe.run(&refs)?.into_iter().map(Tensor::from_cpu).collect()
+        }
+    };
+    for &(input, output) in &effects.writes {
+        write_back(inputs[input].real()?, outs[output].real()?)?;
+    }
+    for (leaf, output) in &effects.set_grads {
+        if let Some(m) = &leaf.grad_meta {
+            *m.grad.lock() = output.map(|o| outs[o].detach());
+        }
+    }
+    outs.truncate(effects.user_outputs);
+    Ok(O::unflatten(outs))
 }
 
-/// True when two traces lifted the very same parameter tensors (same storage and layout).
-fn same_params(a: &[Tensor], b: &[Tensor]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| match (&x.repr, &y.repr) {
-            (Repr::Real(x), Repr::Real(y)) => {
-                x.shares_storage(y)
-                    && x.offset() == y.offset()
-                    && x.shape() == y.shape()
-                    && x.strides() == y.strides()
+/// An entry's parameters with each `.grad` input fetched from its leaf now; a missing
+/// gradient is a guard failure.
+fn resolve_params(
+    params: &[Tensor],
+    effects: &WholeEffects,
+) -> std::result::Result<Vec<Tensor>, GuardFailure> {
+    let mut out = params.to_vec();
+    for (i, leaf) in &effects.grad_slots {
+        out[*i] = leaf
+            .grad_meta
+            .as_ref()
+            .and_then(|m| m.grad.lock().clone())
+            .ok_or_else(|| GuardFailure {
+                tensor: format!("p{}", i),
+                reason: "the trace read a parameter's .grad, which is now None".into(),
+                changed_dims: Vec::new(),
+            })?;
+    }
+    Ok(out)
+}
+
+/// A whole graph run as a segment of the function (compiled once, found by its text).
+struct SegmentExe<'a>(&'a Shared, &'a Graph);
+
+impl Executable for SegmentExe<'_> {
+    fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        self.0.run_segment(self.1, inputs)
+    }
+}
+
+impl Entry {
+    /// Checks the entry's guards against a call's arguments (and its parameters, each
+    /// `.grad` input fetched from its leaf), returning the symbols' sizes.
+    fn check(&self, flat: &[Tensor]) -> std::result::Result<Bindings, GuardFailure> {
+        match &self.kind {
+            EntryKind::Whole {
+                params, effects, ..
+            } => {
+                if let Some(leaf) = effects.grad_absent.iter().find(|l| {
+                    l.grad_meta
+                        .as_ref()
+                        .is_some_and(|m| m.grad.lock().is_some())
+                }) {
+                    return Err(GuardFailure {
+                        tensor: format!("{:?}", leaf.shape()),
+                        reason: "a parameter's .grad was None when traced and is set now \
+                                 (the graph would not accumulate into it)"
+                            .into(),
+                        changed_dims: Vec::new(),
+                    });
+                }
+                let params = resolve_params(params, effects)?;
+                self.guards.check(flat, &params)
             }
-            _ => false,
+            EntryKind::Stepwise { .. } => self.guards.check(flat, &[]),
+        }
+    }
+}
+
+/// True when two traces lifted the very same parameter tensors (same storage and layout),
+/// `.grad` inputs aside (fetched from their leaf on every call).
+fn same_params(a: &[Tensor], b: &[Tensor], effects: &WholeEffects) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).enumerate().all(|(i, (x, y))| {
+            effects.grad_slots.iter().any(|(j, _)| *j == i)
+                || match (&x.repr, &y.repr) {
+                    (Repr::Real(x), Repr::Real(y)) => {
+                        x.shares_storage(y)
+                            && x.offset() == y.offset()
+                            && x.shape() == y.shape()
+                            && x.strides() == y.strides()
+                    }
+                    _ => false,
+                }
         })
 }
 
@@ -739,8 +839,15 @@ fn build_training(
     graph: &Graph,
     flat: &[Tensor],
     params: &[Tensor],
+    effects: &WholeEffects,
     opts: &CompileOptions,
 ) -> Result<Option<Arc<Training>>> {
+    if effects.backward || !effects.outputs_need_grad {
+        // the function differentiated itself (its graph holds the backward already), or
+        // its outputs do not depend on what requires grad through ops recorded with grad
+        // mode on (an optimiser step under `no_grad`)
+        return Ok(None);
+    }
     let wants = grad_mask(flat, params);
     if !wants.iter().any(|&w| w) {
         return Ok(None);

@@ -93,3 +93,12 @@ pub(crate) fn before_read(op: &'static str, loc: &'static Location<'static>) -> 
         None => Ok(()),
     }
 }
+
+/// Runs `f` with no tracer on this thread (what it makes is real data, not graph values):
+/// how optimisers create their state inside a compiled step, so that the state outlives
+/// the trace as tensors the compiled graph reads and updates in place.
+pub(crate) fn untraced<R>(f: impl FnOnce() -> R) -> R {
+    let prev = CURRENT.with(|c| c.borrow_mut().take());
+    let _restore = TraceGuard { prev };
+    f()
+}

@@ -24,6 +24,7 @@ mod backend;
 mod compiled_fn;
 mod dynamic;
 mod explain;
+mod functional;
 mod guards;
 pub(crate) mod lazy;
 mod logs;
@@ -225,4 +226,27 @@ where
     let mut report = compiled.explain_last();
     report.stats = Some(compiled.stats());
     Ok(report)
+}
+
+/// A check of a tensor's values (`Err` names the op and the offending value).
+pub(crate) type ValueCheck =
+    std::sync::Arc<dyn Fn(&kiln_runtime::CpuTensor) -> crate::error::Result<()> + Send + Sync>;
+
+/// Runs `check` on `t`'s values. Inside a compiled function, when `t` is one of its
+/// arguments, the check also runs before the compiled graph on every later call (a guard on
+/// values that does not shape the graph, like cross-entropy's target bounds) instead of
+/// breaking the graph; any other traced tensor is read, which is a graph break.
+#[track_caller]
+pub(crate) fn check_values(
+    t: &crate::Tensor,
+    op: &'static str,
+    check: impl Fn(&kiln_runtime::CpuTensor) -> crate::error::Result<()> + Send + Sync + 'static,
+) -> crate::error::Result<()> {
+    let check: ValueCheck = std::sync::Arc::new(check);
+    if let Some(tracer) = lazy::current() {
+        if let Some(r) = tracer.check_argument(t, &check) {
+            return r;
+        }
+    }
+    check(t.read(op)?)
 }

@@ -6,6 +6,7 @@
 //! tensor's values (or mutating one in place) is a graph break: the live values of the
 //! segment become its outputs, the segment runs, and a new segment starts.
 
+use super::functional::WholeEffects;
 use super::lazy::LazyValue;
 use crate::error::{Error, Result};
 use crate::tensor::Repr;
@@ -50,7 +51,11 @@ impl fmt::Display for GraphBreak {
 pub(crate) enum TraceEnd {
     /// No break: the whole function is one graph, which has not run yet. Its inputs are
     /// the function's arguments (in order) followed by `params`.
-    Whole { graph: Graph, params: Vec<Tensor> },
+    Whole {
+        graph: Graph,
+        params: Vec<Tensor>,
+        effects: Box<WholeEffects>,
+    },
     /// There were breaks: every segment has run and these are the outputs' data.
     /// `needs_grad`: grad mode is on and an argument or a captured tensor requires grad,
     /// so the outputs need autograd history the segments did not record.
@@ -61,8 +66,8 @@ pub(crate) enum TraceEnd {
 }
 
 /// Identity of a tensor lifted as a graph input, so each one is lifted once per segment.
-#[derive(Hash, PartialEq, Eq)]
-enum InputKey {
+#[derive(Hash, PartialEq, Eq, Clone)]
+pub(super) enum InputKey {
     Lazy(usize),
     Real {
         storage: usize,
@@ -72,35 +77,70 @@ enum InputKey {
     },
 }
 
-struct TraceState {
-    segment: u32,
-    graph: Graph,
+pub(super) struct TraceState {
+    pub(super) segment: u32,
+    pub(super) graph: Graph,
     /// the tensor feeding each graph input, in input order
-    inputs: Vec<Tensor>,
-    input_keys: HashMap<InputKey, NodeId>,
-    ops: usize,
-    live: Vec<Weak<LazyValue>>,
+    pub(super) inputs: Vec<Tensor>,
+    pub(super) input_keys: HashMap<InputKey, NodeId>,
+    pub(super) ops: usize,
+    pub(super) live: Vec<Weak<LazyValue>>,
     graphs: Vec<Graph>,
     breaks: Vec<GraphBreak>,
+    /// what in-place updates, `.grad` reads and traced `backward()` calls left to do
+    pub(super) effects: TracedEffects,
+}
+
+impl TraceState {
+    /// True once the trace has broken into several graphs.
+    pub(super) fn breaks_seen(&self) -> bool {
+        !self.breaks.is_empty()
+    }
+}
+
+/// The side effects of a traced segment (`functional.rs`): in-place updates made
+/// functional, `.grad` slots read and written, values no gradient flows through.
+#[derive(Default)]
+pub(super) struct TracedEffects {
+    /// lazy values of the segment updated in place: the node of each one's current value
+    pub(super) redirect: HashMap<usize, NodeId>,
+    /// graph inputs updated in place: (input index, node of the new value), written back
+    /// into the input's storage once the graph has run
+    pub(super) writes: Vec<(usize, NodeId)>,
+    /// lifted inputs that are a leaf's `.grad`: (input index, the leaf)
+    pub(super) grad_slots: Vec<(usize, Tensor)>,
+    /// leaves whose `.grad` the trace read or set, with whether the gradient was absent
+    /// when the trace first looked (`None`: first cleared, so it did not matter)
+    pub(super) grad_touched: Vec<(Tensor, Option<bool>)>,
+    /// nodes recorded with grad mode off or detached: a traced backward stops there
+    pub(super) stop: HashSet<NodeId>,
+    /// a traced `backward()` ran
+    pub(super) backward: bool,
+    /// checks of arguments' values, run again before every later call
+    pub(super) arg_checks: Vec<(usize, super::ValueCheck)>,
 }
 
 /// One call's trace.
 pub(crate) struct Tracer {
-    me: Weak<Tracer>,
-    name: String,
+    pub(super) me: Weak<Tracer>,
+    pub(super) name: String,
     fullgraph: bool,
     n_args: usize,
+    /// the arguments as the caller passed them (with their autograd state)
+    pub(super) args: Vec<Tensor>,
+    /// the traced values standing for the arguments
+    pub(super) arg_values: Mutex<Vec<Weak<LazyValue>>>,
     runner: Arc<dyn SegmentRunner>,
-    state: Mutex<TraceState>,
+    pub(super) state: Mutex<TraceState>,
     /// an argument or lifted tensor requires grad (with grad mode on)
     saw_grad: std::sync::atomic::AtomicBool,
 }
 
-fn loc_string(loc: &Location<'_>) -> String {
+pub(super) fn loc_string(loc: &Location<'_>) -> String {
     format!("{}:{}:{}", loc.file(), loc.line(), loc.column())
 }
 
-fn graph_error(function: &str, e: GraphError) -> Error {
+pub(super) fn graph_error(function: &str, e: GraphError) -> Error {
     match e {
         GraphError::Type { source, .. } => Error::Runtime(RuntimeError::Type(source)),
         other => Error::Compile {
@@ -124,6 +164,8 @@ impl Tracer {
             name: name.to_string(),
             fullgraph,
             n_args: args.len(),
+            args: args.to_vec(),
+            arg_values: Mutex::new(Vec::new()),
             runner,
             saw_grad: std::sync::atomic::AtomicBool::new(
                 crate::autograd::is_grad_enabled() && args.iter().any(|a| a.requires_grad()),
@@ -137,6 +179,7 @@ impl Tracer {
                 live: Vec::new(),
                 graphs: Vec::new(),
                 breaks: Vec::new(),
+                effects: TracedEffects::default(),
             }),
         });
         let mut lazy_args = Vec::with_capacity(args.len());
@@ -159,6 +202,7 @@ impl Tracer {
                     view_of: None,
                 });
                 st.inputs.push(Tensor::lazy(v.clone()));
+                tracer.arg_values.lock().push(Arc::downgrade(&v));
                 lazy_args.push(Tensor::lazy(v));
             }
         }
@@ -178,6 +222,15 @@ impl Tracer {
         loc: &'static Location<'static>,
     ) -> Result<Tensor> {
         let mut st = self.state.lock();
+        if args
+            .iter()
+            .any(|a| matches!(a, Operand::Tensor(t) if self.aliases_pending_write(&st, t)))
+        {
+            // a different view of a tensor updated in this graph: let the update land first
+            drop(st);
+            self.graph_break("a view of a tensor updated in place", loc)?;
+            st = self.state.lock();
+        }
         let mut gargs: smallvec::SmallVec<[Arg; 3]> = smallvec::SmallVec::new();
         for a in args {
             gargs.push(match a {
@@ -194,6 +247,9 @@ impl Tracer {
                 function: self.name.clone(),
             })?;
         st.ops += 1;
+        if !crate::autograd::is_grad_enabled() {
+            st.effects.stop.insert(node);
+        }
         let ty = &st.graph.node(node).ty;
         let dtype = ty.dtype;
         let shape: Vec<usize> = ty
@@ -224,10 +280,10 @@ impl Tracer {
 
     /// The node standing for `t` in the current segment, lifting it as an input if it
     /// is not a value of the segment.
-    fn node_for(&self, st: &mut TraceState, t: &Tensor) -> Result<NodeId> {
+    pub(super) fn node_for(&self, st: &mut TraceState, t: &Tensor) -> Result<NodeId> {
         let key = match &t.repr {
             Repr::Lazy(v) if v.tracer.ptr_eq(&self.me) && v.segment == st.segment => {
-                return Ok(v.node)
+                return Ok(st.effects.current_node(v))
             }
             Repr::Lazy(v) => InputKey::Lazy(Arc::as_ptr(v) as usize),
             Repr::Cuda(_) => {
@@ -311,17 +367,27 @@ impl Tracer {
                 }
             }
         }
-        if !outs.is_empty() {
+        let writes = std::mem::take(&mut st.effects.writes);
+        if !outs.is_empty() || !writes.is_empty() {
+            let nodes = outs
+                .iter()
+                .map(|v| st.effects.current_node(v))
+                .chain(writes.iter().map(|(_, n)| *n))
+                .collect();
             st.graph
-                .set_outputs(outs.iter().map(|v| v.node).collect())
+                .set_outputs(nodes)
                 .map_err(|e| graph_error(&self.name, e))?;
             let inputs: Vec<&CpuTensor> =
                 st.inputs.iter().map(|t| t.real()).collect::<Result<_>>()?;
-            let results = self.runner.run_segment(&st.graph, &inputs)?;
-            for (v, r) in outs.iter().zip(results) {
+            let mut results = self.runner.run_segment(&st.graph, &inputs)?.into_iter();
+            for (v, r) in outs.iter().zip(results.by_ref()) {
                 let _ = v.value.set(r);
             }
+            for ((input, _), r) in writes.iter().zip(results) {
+                super::functional::write_back(st.inputs[*input].real()?, &r)?;
+            }
         }
+        st.effects.end_segment();
         if st.ops > 0 {
             st.graphs.push(st.graph.clone());
         }
@@ -363,26 +429,33 @@ impl Tracer {
     pub(crate) fn finish(&self, outputs: &[Tensor]) -> Result<TraceEnd> {
         let mut st = self.state.lock();
         if st.breaks.is_empty() {
-            let nodes = outputs
+            let mut nodes = outputs
                 .iter()
                 .map(|t| self.node_for(&mut st, t))
                 .collect::<Result<Vec<_>>>()?;
+            let n_args = self.n_args;
+            let effects = self.whole_effects(&mut st, &mut nodes, n_args)?;
             st.graph
                 .set_outputs(nodes)
                 .map_err(|e| graph_error(&self.name, e))?;
-            let n_args = self.n_args;
             let graph = std::mem::take(&mut st.graph);
             let params = st.inputs.split_off(n_args);
-            return Ok(TraceEnd::Whole { graph, params });
+            return Ok(TraceEnd::Whole {
+                graph,
+                params,
+                effects: Box::new(effects),
+            });
         }
         self.flush(&mut st)?;
+        self.settle_grads(&st)?;
         let outputs = outputs
             .iter()
             .map(|t| Ok(Tensor::from_cpu(t.real()?.clone())))
             .collect::<Result<Vec<_>>>()?;
         Ok(TraceEnd::Done {
             outputs,
-            needs_grad: self.saw_grad.load(std::sync::atomic::Ordering::Relaxed),
+            needs_grad: self.saw_grad.load(std::sync::atomic::Ordering::Relaxed)
+                && !st.effects.backward,
         })
     }
 

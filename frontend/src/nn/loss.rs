@@ -122,21 +122,27 @@ fn check_targets(op: &'static str, input: &Tensor, target: &Tensor, ignore: i64)
         ));
     }
     let classes = s[class_dim(s.len())] as i64;
-    let values = target.to_vec::<i64>()?;
-    if let Some((i, t)) = values
-        .iter()
-        .enumerate()
-        .find(|(_, &t)| t != ignore && !(0..classes).contains(&t))
-    {
-        return Err(invalid(
-            op,
-            input.shape(),
-            format!(
-                "target {t} (element {i} of the target) is out of bounds for {classes} classes"
-            ),
-        ));
-    }
-    Ok(())
+    let shape = s.to_vec();
+    // inside a compiled function, a check of an argument's values runs before the graph
+    // on every call instead of breaking the graph
+    crate::compile::check_values(target, op, move |t| {
+        let values = t.to_vec::<i64>()?;
+        match values
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t != ignore && !(0..classes).contains(&t))
+        {
+            Some((i, t)) => Err(invalid(
+                op,
+                &shape,
+                format!(
+                    "target {t} (element {i} of the target) is out of bounds for {classes} \
+                     classes"
+                ),
+            )),
+            None => Ok(()),
+        }
+    })
 }
 
 /// `torch.nn.functional.nll_loss(log_probs, target, ignore_index=, reduction=)` without

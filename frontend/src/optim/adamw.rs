@@ -3,12 +3,14 @@
 use super::{check_params, find, fused, Optimizer};
 use crate::autograd::no_grad;
 use crate::error::{Error, Result};
-use crate::Tensor;
+use crate::{DType, Operand, Tensor};
 
-/// One parameter's moments.
+/// One parameter's moments. All are tensors updated in place (the step count too, a 0-d
+/// f64 tensor, as torch's `capturable` state), so that a compiled training step reads and
+/// writes them through the graph, and the next call, compiled or eager, sees them.
 #[derive(Clone)]
 struct Moments {
-    step: u64,
+    step: Tensor,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
     max_exp_avg_sq: Option<Tensor>,
@@ -33,6 +35,26 @@ pub struct AdamW {
     /// `fused=True`; see [`AdamW::fused`])
     pub fused: bool,
     state: Vec<Option<Moments>>,
+}
+
+impl Moments {
+    /// Zero moments for `p` at step 0.
+    fn new(p: &Tensor, amsgrad: bool) -> Result<Moments> {
+        let zeros = || Tensor::zeros(p.shape(), p.dtype());
+        Ok(Moments {
+            step: Tensor::full(&[], 0.0, DType::F64)?,
+            exp_avg: zeros()?,
+            exp_avg_sq: zeros()?,
+            max_exp_avg_sq: amsgrad.then(zeros).transpose()?,
+        })
+    }
+}
+
+/// A copy of `t` the optimiser owns (its state is updated in place).
+fn own(t: Tensor) -> Result<Tensor> {
+    let c = Tensor::zeros(t.shape(), t.dtype())?;
+    c.copy_(&t)?;
+    Ok(c)
 }
 
 impl AdamW {
@@ -74,19 +96,16 @@ impl AdamW {
             let zeros = || Tensor::zeros(p.shape(), p.dtype());
             let s = match st.take() {
                 Some(s) => s,
-                None => Moments {
-                    step: 0,
-                    exp_avg: zeros()?,
-                    exp_avg_sq: zeros()?,
-                    max_exp_avg_sq: ams.then(zeros).transpose()?,
-                },
+                None => Moments::new(p, ams)?,
             };
             let max_exp_avg_sq = match (ams, s.max_exp_avg_sq) {
                 (true, None) => Some(zeros()?),
                 (_, m) => m.map(|m| m.contiguous()).transpose()?,
             };
+            let t = s.step.item()? + 1.0;
+            s.step.fill_(t)?;
             let s = Moments {
-                step: s.step + 1,
+                step: s.step,
                 exp_avg: s.exp_avg.contiguous()?,
                 exp_avg_sq: s.exp_avg_sq.contiguous()?,
                 max_exp_avg_sq,
@@ -97,12 +116,13 @@ impl AdamW {
         let slots = work
             .into_iter()
             .map(|(p, g, s)| {
-                let c1 = 1.0 - b1.powi(s.step as i32);
-                let c2 = (1.0 - b2.powi(s.step as i32)).sqrt();
+                let t = s.step.item()?;
+                let c1 = 1.0 - b1.powf(t);
+                let c2 = (1.0 - b2.powf(t)).sqrt();
                 let step_size = lr / c1;
                 let mut state = vec![&s.exp_avg, &s.exp_avg_sq];
                 state.extend(s.max_exp_avg_sq.as_ref());
-                fused::Slot {
+                Ok(fused::Slot {
                     param: p,
                     grad: g,
                     state,
@@ -115,9 +135,9 @@ impl AdamW {
                         c2,
                         step_size,
                     }),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         fused::run(slots)
     }
 
@@ -140,7 +160,8 @@ impl AdamW {
 impl Optimizer for AdamW {
     fn step(&mut self) -> Result<()> {
         let _off = no_grad();
-        if self.fused && self.params.iter().all(fused::supported) {
+        let traced = crate::compile::lazy::is_tracing();
+        if !traced && self.fused && self.params.iter().all(fused::supported) {
             return self.fused_step();
         }
         let (b1, b2) = self.betas;
@@ -148,41 +169,51 @@ impl Optimizer for AdamW {
             let Some(g) = p.grad() else {
                 continue;
             };
-            let s = match st.take() {
-                Some(s) => s,
-                None => {
-                    let zeros = || Tensor::zeros(p.shape(), p.dtype());
-                    Moments {
-                        step: 0,
-                        exp_avg: zeros()?,
-                        exp_avg_sq: zeros()?,
-                        max_exp_avg_sq: self.amsgrad.then(zeros).transpose()?,
-                    }
+            if st.is_none() {
+                // made as data even inside a compiled step: the graph then updates it
+                *st = Some(crate::compile::lazy::untraced(|| {
+                    Moments::new(p, self.amsgrad)
+                })?);
+            }
+            let s = st.as_ref().expect("just set");
+            // the bias corrections, from the step count (in the graph when traced, so that
+            // a compiled step counts on every call)
+            let (ss, cs) = if traced {
+                s.step.add_(1.0)?;
+                let one = || Tensor::full(&[], 1.0, DType::F64);
+                let pow = |b: f64| Tensor::full(&[], b, DType::F64)?.pow(&s.step);
+                let c1 = one()?.sub(&pow(b1)?)?;
+                let ss = Tensor::full(&[], -self.lr, DType::F64)?.div(&c1)?;
+                (Some(ss), Some(one()?.sub(&pow(b2)?)?.sqrt()?))
+            } else {
+                (None, None)
+            };
+            let (step_size, c2_sqrt): (Operand<'_>, Operand<'_>) = match (&ss, &cs) {
+                (Some(ss), Some(cs)) => (ss.into(), cs.into()),
+                _ => {
+                    let t = s.step.item()? + 1.0;
+                    s.step.fill_(t)?;
+                    let c1 = 1.0 - b1.powf(t);
+                    let c2 = 1.0 - b2.powf(t);
+                    ((-(self.lr / c1)).into(), c2.sqrt().into())
                 }
             };
-            let step = s.step + 1;
             if self.weight_decay != 0.0 {
                 p.mul_(1.0 - self.lr * self.weight_decay)?;
             }
             // lerp with weight 1 - β1 (< 0.5): m + w·(g - m), as torch computes it
-            let exp_avg = s.exp_avg.add(&g.sub(&s.exp_avg)?.mul(1.0 - b1)?)?;
-            let exp_avg_sq = s.exp_avg_sq.mul(b2)?.add(&g.mul(&g)?.mul(1.0 - b2)?)?;
-            let c1 = 1.0 - b1.powi(step as i32);
-            let c2 = 1.0 - b2.powi(step as i32);
-            let step_size = self.lr / c1;
-            let max_exp_avg_sq = match s.max_exp_avg_sq {
-                Some(m) => Some(m.maximum(&exp_avg_sq)?),
-                None => None,
+            s.exp_avg.add_(&g.sub(&s.exp_avg)?.mul(1.0 - b1)?)?;
+            s.exp_avg_sq.mul_(b2)?;
+            s.exp_avg_sq.add_(&g.mul(&g)?.mul(1.0 - b2)?)?;
+            let v = match &s.max_exp_avg_sq {
+                Some(m) => {
+                    m.copy_(&m.maximum(&s.exp_avg_sq)?)?;
+                    m
+                }
+                None => &s.exp_avg_sq,
             };
-            let v = max_exp_avg_sq.as_ref().unwrap_or(&exp_avg_sq);
-            let denom = v.sqrt()?.div(c2.sqrt())?.add(self.eps)?;
-            p.add_(&exp_avg.div(&denom)?.mul(-step_size)?)?;
-            *st = Some(Moments {
-                step,
-                exp_avg,
-                exp_avg_sq,
-                max_exp_avg_sq,
-            });
+            let denom = v.sqrt()?.div(c2_sqrt)?.add(self.eps)?;
+            p.add_(&s.exp_avg.div(&denom)?.mul(step_size)?)?;
         }
         Ok(())
     }
@@ -195,8 +226,7 @@ impl Optimizer for AdamW {
         let mut out = Vec::new();
         for (i, s) in self.state.iter().enumerate() {
             let Some(s) = s else { continue };
-            let step = Tensor::from_vec(vec![s.step as f64], &[]).expect("a 0-d tensor");
-            out.push((format!("state.{i}.step"), step));
+            out.push((format!("state.{i}.step"), s.step.clone()));
             out.push((format!("state.{i}.exp_avg"), s.exp_avg.clone()));
             out.push((format!("state.{i}.exp_avg_sq"), s.exp_avg_sq.clone()));
             if let Some(m) = &s.max_exp_avg_sq {
@@ -223,10 +253,10 @@ impl Optimizer for AdamW {
                 return Err(missing("max_exp_avg_sq"));
             }
             self.state[i] = Some(Moments {
-                step: step.item()? as u64,
-                exp_avg,
-                exp_avg_sq,
-                max_exp_avg_sq,
+                step: Tensor::full(&[], step.item()?, DType::F64)?,
+                exp_avg: own(exp_avg)?,
+                exp_avg_sq: own(exp_avg_sq)?,
+                max_exp_avg_sq: max_exp_avg_sq.map(own).transpose()?,
             });
         }
         Ok(())

@@ -3,7 +3,7 @@
 use super::{check_params, find, fused, Optimizer};
 use crate::autograd::no_grad;
 use crate::error::Result;
-use crate::Tensor;
+use crate::{DType, Tensor};
 
 /// `torch.optim.SGD`: with `g` the gradient (plus `weight_decay·p`), the momentum buffer
 /// `b = g` on the first step and `momentum·b + (1 - dampening)·g` after, `g = g +
@@ -24,6 +24,9 @@ pub struct Sgd {
     /// `fused=True`; see [`Sgd::fused`])
     pub fused: bool,
     buffers: Vec<Option<Tensor>>,
+    /// per parameter, once a compiled step has run: whether its buffer holds a momentum
+    /// (a 0-d bool the graph reads and sets)
+    started: Vec<Option<Tensor>>,
 }
 
 impl Sgd {
@@ -40,6 +43,7 @@ impl Sgd {
             nesterov: false,
             fused: false,
             buffers: vec![None; n],
+            started: vec![None; n],
         })
     }
 
@@ -113,10 +117,16 @@ impl Sgd {
 impl Optimizer for Sgd {
     fn step(&mut self) -> Result<()> {
         let _off = no_grad();
-        if self.fused && self.params.iter().all(fused::supported) {
+        let traced = crate::compile::lazy::is_tracing();
+        if !traced && self.fused && self.params.iter().all(fused::supported) {
             return self.fused_step();
         }
-        for (p, buf) in self.params.iter().zip(&mut self.buffers) {
+        for ((p, buf), started) in self
+            .params
+            .iter()
+            .zip(&mut self.buffers)
+            .zip(&mut self.started)
+        {
             let Some(mut g) = p.grad() else {
                 continue;
             };
@@ -124,16 +134,50 @@ impl Optimizer for Sgd {
                 g = g.add(&p.mul(self.weight_decay)?)?;
             }
             if self.momentum != 0.0 {
-                let b = match buf.take() {
-                    None => g.mul(1.0)?,
-                    Some(b) => b.mul(self.momentum)?.add(&g.mul(1.0 - self.dampening)?)?,
-                };
-                g = if self.nesterov {
-                    g.add(&b.mul(self.momentum)?)?
+                if traced {
+                    // Inside a compiled step the buffer and a "has started" flag are data
+                    // the graph updates in place, so that one graph serves the first step
+                    // (the buffer starts as the gradient) and every later one.
+                    if buf.is_none() || started.is_none() {
+                        let fresh = buf.is_none();
+                        let (b, f) = crate::compile::lazy::untraced(|| -> Result<_> {
+                            let b = match buf.take() {
+                                Some(b) => b,
+                                None => Tensor::zeros(p.shape(), p.dtype())?,
+                            };
+                            Ok((b, Tensor::full(&[], !fresh, DType::Bool)?))
+                        })?;
+                        *buf = Some(b);
+                        *started = Some(f);
+                    }
+                    let (b, f) = (buf.as_ref().expect("set"), started.as_ref().expect("set"));
+                    let later = b.mul(self.momentum)?.add(&g.mul(1.0 - self.dampening)?)?;
+                    b.copy_(&f.where_(&later, &g.mul(1.0)?)?)?;
+                    f.fill_(true)?;
+                    g = if self.nesterov {
+                        g.add(&b.mul(self.momentum)?)?
+                    } else {
+                        b.mul(1.0)?
+                    };
                 } else {
-                    b.clone()
-                };
-                *buf = Some(b);
+                    let b = match buf.take() {
+                        None => g.mul(1.0)?,
+                        Some(b) => {
+                            // updated in place (a compiled step may read it next)
+                            b.copy_(&b.mul(self.momentum)?.add(&g.mul(1.0 - self.dampening)?)?)?;
+                            b
+                        }
+                    };
+                    if let Some(f) = started {
+                        f.fill_(true)?;
+                    }
+                    g = if self.nesterov {
+                        g.add(&b.mul(self.momentum)?)?
+                    } else {
+                        b.clone()
+                    };
+                    *buf = Some(b);
+                }
             }
             p.add_(&g.mul(-self.lr)?)?;
         }
@@ -157,7 +201,15 @@ impl Optimizer for Sgd {
 
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()> {
         for (i, p) in self.params.iter().enumerate() {
-            self.buffers[i] = find(state, &format!("state.{i}.momentum_buffer"), p)?;
+            self.buffers[i] = find(state, &format!("state.{i}.momentum_buffer"), p)?
+                .map(|b| {
+                    // the optimiser's own copy: it is updated in place
+                    let c = Tensor::zeros(b.shape(), b.dtype())?;
+                    c.copy_(&b)?;
+                    Ok::<_, crate::error::Error>(c)
+                })
+                .transpose()?;
+            self.started[i] = None;
         }
         Ok(())
     }
