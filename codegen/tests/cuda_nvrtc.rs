@@ -151,3 +151,30 @@ fn every_training_kernel_compiles_with_nvrtc_and_ptxas() {
         graphs.len()
     );
 }
+
+/// A whole training step with AdamW as `kiln::compile` traces it (forward, cross-entropy,
+/// backward, the update of each parameter and its moments, the shared f64 step count):
+/// every kernel of it, the optimiser's included, compiles with NVRTC and ptxas. (It is a
+/// fixture, not a corpus graph: the corpus runs graphs on random inputs, and a random
+/// second moment is negative.)
+#[test]
+fn the_kernels_of_a_compiled_adamw_training_step_compile_with_nvrtc_and_ptxas() {
+    let file = "fixtures/train_step_adamw.kir";
+    let text = std::fs::read_to_string(format!("{}/tests/{file}", env!("CARGO_MANIFEST_DIR")))
+        .expect("the fixture is committed");
+    let all = kernels(file, &text);
+    assert!(
+        all.iter().any(|(_, k)| k.source.contains("sqrt")),
+        "the AdamW update's kernels are among them"
+    );
+    if !nvrtc_for_tests().unwrap_or_else(|e| panic!("{e}")) {
+        return;
+    }
+    for (what, k) in &all {
+        compile_and_assemble(k, "compute_90", "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+    eprintln!(
+        "NVRTC + ptxas compiled the {} kernels of the AdamW step",
+        all.len()
+    );
+}

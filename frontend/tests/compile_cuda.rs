@@ -172,3 +172,65 @@ fn compiled_training_runs_forward_and_backward_on_the_device() {
     }
     assert_eq!(cf.stats().compiles, 2);
 }
+
+#[test]
+fn a_whole_training_step_with_adamw_runs_on_the_device() {
+    // forward, loss, backward and the AdamW update as one graph on the cuda backend: its
+    // kernels (the backward's and the optimiser's included) run on the device, and the
+    // weights and optimiser state written back equal eager's
+    emulated_unless_set();
+    use kiln::nn::functional::{mse_loss, Reduction};
+    use kiln::nn::{Linear, Module};
+    use kiln::optim::{AdamW, Optimizer};
+    use std::sync::Mutex;
+    let run = |opts: Option<CompileOptions>| -> (Vec<f64>, Vec<Vec<f64>>) {
+        let l1 = Linear::init(6, 5, true, 3).unwrap();
+        let params = l1.parameters();
+        let opt = Mutex::new(AdamW::new(params.clone(), 1e-2).unwrap());
+        let step = |xs: &[Tensor]| -> Result<Tensor> {
+            let mut opt = opt.lock().unwrap();
+            opt.zero_grad();
+            let loss = mse_loss(
+                &Module::forward(&l1, &xs[0])?.tanh()?,
+                &xs[1],
+                Reduction::Mean,
+            )?;
+            loss.backward()?;
+            opt.step()?;
+            Ok(loss)
+        };
+        let x = randn(&[4, 6], 41);
+        let y = randn(&[4, 5], 42);
+        let mut losses = Vec::new();
+        match opts {
+            Some(o) => {
+                let f = compile_with(step, o);
+                let before = device_work();
+                for _ in 0..3 {
+                    losses.push(f.call(&[x.clone(), y.clone()]).unwrap().item().unwrap());
+                }
+                assert!(device_work().1 > before.1, "the step ran on the device");
+                let s = f.stats();
+                assert_eq!((s.traces, s.graph_breaks, s.cache_hits), (1, 0, 2), "{s:?}");
+            }
+            None => {
+                for _ in 0..3 {
+                    losses.push(step(&[x.clone(), y.clone()]).unwrap().item().unwrap());
+                }
+            }
+        }
+        let p = params
+            .iter()
+            .map(|t| t.as_cpu().unwrap().to_f64_vec())
+            .collect();
+        (losses, p)
+    };
+    let (el, ep) = run(None);
+    let (cl, cp) = run(Some(cuda().name("train_step")));
+    for (e, c) in el.iter().zip(&cl) {
+        assert!((e - c).abs() <= 1e-5 * e.abs().max(1.0), "loss {e} vs {c}");
+    }
+    for (e, c) in ep.iter().flatten().zip(cp.iter().flatten()) {
+        assert!((e - c).abs() <= 1e-5, "weight {e} vs {c}");
+    }
+}

@@ -302,7 +302,10 @@ fn an_update_of_a_view_still_breaks_the_graph_and_stays_correct() {
         base.sum(&[], false)
     });
     let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[1, 3]).unwrap();
-    assert_eq!(f.call(std::slice::from_ref(&x)).unwrap().item().unwrap(), 6.0);
+    assert_eq!(
+        f.call(std::slice::from_ref(&x)).unwrap().item().unwrap(),
+        6.0
+    );
     assert_eq!(f.call(&[x]).unwrap().item().unwrap(), 12.0);
     assert_eq!(values(&base), vec![0.0, 0.0, 0.0, 2.0, 4.0, 6.0]);
 }
@@ -341,4 +344,85 @@ fn a_classifier_step_with_cross_entropy_is_one_graph() {
     );
     let s = f.stats();
     assert_eq!((s.traces, s.graph_breaks), (1, 0), "{s:?}");
+}
+
+#[test]
+fn changing_a_hyperparameter_recompiles_the_step_never_a_stale_graph() {
+    // the learning rate is a constant of the compiled step; a scheduler changing it must
+    // recompile (once per new value), and the run must follow eager's with the same schedule
+    let run = |compiled: bool| -> (Vec<f64>, Option<kiln::CompileStats>) {
+        let l1 = Linear::init(8, 4, true, 11).unwrap();
+        let opt = Mutex::new(AdamW::new(l1.parameters(), 1e-2).unwrap());
+        let step = |xs: &[Tensor]| -> kiln::Result<Tensor> {
+            let mut opt = opt.lock().unwrap();
+            opt.zero_grad();
+            let loss = mse_loss(&Module::forward(&l1, &xs[0])?, &xs[1], Reduction::Mean)?;
+            loss.backward()?;
+            opt.step()?;
+            Ok(loss)
+        };
+        let f = compile(step);
+        let mut losses = Vec::new();
+        for i in 0..9 {
+            if i == 3 || i == 6 {
+                let o = opt.lock().unwrap();
+                o.set_lr(o.lr() * 0.5);
+            }
+            let [x, y] = batch(i);
+            let (x, y) = (x, y.narrow(1, 0, 4).unwrap());
+            let l = if compiled {
+                f.call(&[x, y])
+            } else {
+                step(&[x, y])
+            };
+            losses.push(l.unwrap().item().unwrap());
+        }
+        (losses, compiled.then(|| f.stats()))
+    };
+    let (eager, _) = run(false);
+    let (compiled, stats) = run(true);
+    for (i, (e, c)) in eager.iter().zip(&compiled).enumerate() {
+        assert!(
+            (e - c).abs() <= 1e-6 * e.abs().max(1.0),
+            "step {i}: {e} vs {c}"
+        );
+    }
+    let s = stats.unwrap();
+    assert_eq!((s.traces, s.entries, s.recompiles), (3, 3, 2), "{s:?}");
+}
+
+#[test]
+fn toggling_requires_grad_or_no_grad_around_a_compiled_step_never_reuses_a_stale_graph() {
+    let l1 = Linear::init(8, 4, true, 13).unwrap();
+    let opt = Mutex::new(Sgd::new(l1.parameters(), 0.1).unwrap());
+    let f = compile(|xs: &[Tensor]| -> kiln::Result<Tensor> {
+        let mut opt = opt.lock().unwrap();
+        opt.zero_grad();
+        let loss = mse_loss(&Module::forward(&l1, &xs[0])?, &xs[1], Reduction::Mean)?;
+        if loss.requires_grad() || kiln::autograd::is_grad_enabled() {
+            loss.backward()?;
+            opt.step()?;
+        }
+        Ok(loss)
+    });
+    let [x, y] = batch(0);
+    let y = y.narrow(1, 0, 4).unwrap();
+    let w0 = values(&l1.parameters()[0]);
+    f.call(&[x.clone(), y.clone()]).unwrap();
+    let w1 = values(&l1.parameters()[0]);
+    assert_ne!(w0, w1, "a step updates the weights");
+    {
+        // under no_grad the function skips the update: a new entry, the weights untouched
+        let _off = kiln::autograd::no_grad();
+        f.call(&[x.clone(), y.clone()]).unwrap();
+        assert_eq!(values(&l1.parameters()[0]), w1);
+    }
+    f.call(&[x, y]).unwrap();
+    assert_ne!(
+        values(&l1.parameters()[0]),
+        w1,
+        "the training entry runs again"
+    );
+    let s = f.stats();
+    assert_eq!((s.traces, s.entries, s.cache_hits), (2, 2, 1), "{s:?}");
 }

@@ -8,7 +8,6 @@ use crate::loops::{lower_kernel, Unsupported};
 use crate::matmul_group::{matmul_shape, split_matmul_group};
 use kiln_ir::{Arg, DType, Dim, Graph, NodeId, Op};
 use kiln_runtime::{execute, matmul_into, CpuTensor, EagerArg};
-use std::collections::HashMap;
 
 /// Symbol bindings of one call.
 pub(crate) type Bindings = Vec<(String, usize)>;
@@ -97,9 +96,17 @@ pub(crate) fn run_graph(
         kernel: g.name().to_string(),
         source,
     };
-    let mut vals: HashMap<NodeId, CpuTensor> = HashMap::new();
+    // node ids are dense: one slot per node
+    let mut vals: Vec<Option<CpuTensor>> = vec![None; g.len()];
+    let missing = |id: NodeId| CodegenError::Plan {
+        plan: g.name().to_string(),
+        reason: format!(
+            "internal: value %{} used before it was computed",
+            id.index()
+        ),
+    };
     for ((_, id), t) in g.inputs().iter().zip(inputs) {
-        vals.insert(*id, (*t).clone());
+        vals[id.index()] = Some((*t).clone());
     }
     for (id, n) in g.nodes() {
         if n.op == Op::Input {
@@ -109,10 +116,13 @@ pub(crate) fn run_graph(
             .args
             .iter()
             .map(|a| match a {
-                Arg::Value(v) => EagerArg::Tensor(&vals[v]),
-                Arg::Scalar(s) => EagerArg::Scalar(*s),
+                Arg::Value(v) => vals[v.index()]
+                    .as_ref()
+                    .map(EagerArg::Tensor)
+                    .ok_or_else(|| missing(*v)),
+                Arg::Scalar(s) => Ok(EagerArg::Scalar(*s)),
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let op =
             n.op.bind_symbols(&|s: &str| lookup(bound, s))
                 .map_err(|s| CodegenError::Plan {
@@ -121,9 +131,12 @@ pub(crate) fn run_graph(
                 })?;
         let out = execute(&op, &args).map_err(rt)?;
         drop(args);
-        vals.insert(id, out);
+        vals[id.index()] = Some(out);
     }
-    Ok(g.outputs().iter().map(|o| vals[o].clone()).collect())
+    g.outputs()
+        .iter()
+        .map(|o| vals[o.index()].clone().ok_or_else(|| missing(*o)))
+        .collect()
 }
 
 /// A matmul group: GEMM into the output, then the generated epilogue over each block of

@@ -772,6 +772,13 @@ impl Entry {
             EntryKind::Whole {
                 params, effects, ..
             } => {
+                if let Some(reason) = effects.value_guards.iter().find_map(|g| g()) {
+                    return Err(GuardFailure {
+                        tensor: "*".into(),
+                        reason,
+                        changed_dims: Vec::new(),
+                    });
+                }
                 if let Some(leaf) = effects.grad_absent.iter().find(|l| {
                     l.grad_meta
                         .as_ref()

@@ -61,6 +61,8 @@ pub(crate) struct WholeEffects {
     pub(crate) grad_absent: Vec<Tensor>,
     /// the function called `backward()`: its outputs carry no autograd history
     pub(crate) backward: bool,
+    /// guards on values the trace baked into the graph (optimiser hyperparameters)
+    pub(crate) value_guards: Vec<super::ValueGuard>,
     /// checks of arguments' values run before the graph on every call: (argument, check)
     pub(crate) arg_checks: Vec<(usize, super::ValueCheck)>,
     /// an output depends on a tensor that requires grad through ops recorded with grad
@@ -170,6 +172,11 @@ impl Tracer {
                 .push((i, check.clone()));
         }
         Some(r)
+    }
+
+    /// Guards the graph being traced on a value it bakes in: a change fails the guard.
+    pub(crate) fn guard_value(&self, guard: super::ValueGuard) {
+        self.state.lock().effects.value_guards.push(guard);
     }
 
     /// Records the in-place op `op` of `dst` by `arg` as a functional update; `false` when
@@ -520,6 +527,7 @@ impl Tracer {
         }
         let mut fx = WholeEffects {
             arg_checks: st.effects.arg_checks.clone(),
+            value_guards: st.effects.value_guards.clone(),
             user_outputs: outputs.len(),
             backward: st.effects.backward,
             outputs_need_grad: outputs.iter().any(|o| leads[o.index()]),

@@ -250,3 +250,7 @@ pub(crate) fn check_values(
     }
     check(t.read(op)?)
 }
+
+/// A guard on a value the trace baked into the graph (an optimiser's learning rate):
+/// `Some(reason)` when it has changed since.
+pub(crate) type ValueGuard = std::sync::Arc<dyn Fn() -> Option<String> + Send + Sync>;

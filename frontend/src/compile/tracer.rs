@@ -118,6 +118,8 @@ pub(super) struct TracedEffects {
     pub(super) backward: bool,
     /// checks of arguments' values, run again before every later call
     pub(super) arg_checks: Vec<(usize, super::ValueCheck)>,
+    /// guards on values baked into the graph
+    pub(super) value_guards: Vec<super::ValueGuard>,
 }
 
 /// One call's trace.

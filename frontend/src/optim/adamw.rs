@@ -2,8 +2,12 @@
 
 use super::{check_params, find, fused, Optimizer};
 use crate::autograd::no_grad;
+use crate::compile::lazy::untraced;
 use crate::error::{Error, Result};
 use crate::{DType, Operand, Tensor};
+use kiln_ir::{BinaryOp, Op};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 /// One parameter's moments. All are tensors updated in place (the step count too, a 0-d
 /// f64 tensor, as torch's `capturable` state), so that a compiled training step reads and
@@ -21,6 +25,20 @@ struct Moments {
 /// the running maximum of `v`), `p -= (lr / c1)·m / denom`.
 pub struct AdamW {
     params: Vec<Tensor>,
+    /// the hyperparameters, shared with the guards of compiled steps that baked them in
+    hyper: Arc<Mutex<AdamWOptions>>,
+    /// one fused pass per parameter, all parameters in one parallel loop (torch's
+    /// `fused=True`; see [`AdamW::fused`])
+    pub fused: bool,
+    state: Vec<Option<Moments>>,
+}
+
+/// AdamW's hyperparameters. Inside a compiled training step they are constants of the
+/// graph, guarded: changing one (with [`AdamW::set_options`] or [`AdamW::set_lr`])
+/// recompiles the step on its next call, as torch.compile does when a `param_groups` value
+/// changes; a cached graph never runs with old values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdamWOptions {
     /// learning rate
     pub lr: f64,
     /// (β1, β2)
@@ -31,18 +49,23 @@ pub struct AdamW {
     pub weight_decay: f64,
     /// keep the maximum of the second moments
     pub amsgrad: bool,
-    /// one fused pass per parameter, all parameters in one parallel loop (torch's
-    /// `fused=True`; see [`AdamW::fused`])
-    pub fused: bool,
-    state: Vec<Option<Moments>>,
+}
+
+/// The bias corrections of one step count: `-lr / (1 - β1^t)` and `√(1 - β2^t)`, as
+/// numbers (eager) or as 0-d f64 values of the graph (inside a compiled step, so that the
+/// count advances on every call).
+#[derive(Clone)]
+enum Corrections {
+    Numbers(f64, f64),
+    Traced(Box<(Tensor, Tensor)>),
 }
 
 impl Moments {
-    /// Zero moments for `p` at step 0.
-    fn new(p: &Tensor, amsgrad: bool) -> Result<Moments> {
+    /// Zero moments for `p`, counting steps in `step`.
+    fn new(p: &Tensor, amsgrad: bool, step: Tensor) -> Result<Moments> {
         let zeros = || Tensor::zeros(p.shape(), p.dtype());
         Ok(Moments {
-            step: Tensor::full(&[], 0.0, DType::F64)?,
+            step,
             exp_avg: zeros()?,
             exp_avg_sq: zeros()?,
             max_exp_avg_sq: amsgrad.then(zeros).transpose()?,
@@ -65,11 +88,13 @@ impl AdamW {
         let n = params.len();
         Ok(AdamW {
             params,
-            lr,
-            betas: (0.9, 0.999),
-            eps: 1e-8,
-            weight_decay: 0.01,
-            amsgrad: false,
+            hyper: Arc::new(Mutex::new(AdamWOptions {
+                lr,
+                betas: (0.9, 0.999),
+                eps: 1e-8,
+                weight_decay: 0.01,
+                amsgrad: false,
+            })),
             fused: false,
             state: vec![None; n],
         })
@@ -86,24 +111,21 @@ impl AdamW {
 
     /// The fused step (see [`AdamW::fused`]).
     fn fused_step(&mut self) -> Result<()> {
-        let (b1, b2) = self.betas;
-        let (lr, wd, eps, ams) = (self.lr, self.weight_decay, self.eps, self.amsgrad);
+        let h = self.current();
+        let (b1, b2) = h.betas;
+        let (lr, wd, eps, ams) = (h.lr, h.weight_decay, h.eps, h.amsgrad);
+        let corrections = self.advance(false, &h)?;
         let mut work = Vec::new();
-        for (p, st) in self.params.iter().zip(&mut self.state) {
-            let Some(g) = p.grad() else {
+        for ((p, st), corr) in self.params.iter().zip(&mut self.state).zip(&corrections) {
+            let (Some(g), Some(Corrections::Numbers(neg_step_size, c2))) = (p.grad(), corr) else {
                 continue;
             };
             let zeros = || Tensor::zeros(p.shape(), p.dtype());
-            let s = match st.take() {
-                Some(s) => s,
-                None => Moments::new(p, ams)?,
-            };
+            let s = st.take().expect("state made by advance");
             let max_exp_avg_sq = match (ams, s.max_exp_avg_sq) {
                 (true, None) => Some(zeros()?),
                 (_, m) => m.map(|m| m.contiguous()).transpose()?,
             };
-            let t = s.step.item()? + 1.0;
-            s.step.fill_(t)?;
             let s = Moments {
                 step: s.step,
                 exp_avg: s.exp_avg.contiguous()?,
@@ -111,15 +133,11 @@ impl AdamW {
                 max_exp_avg_sq,
             };
             *st = Some(s);
-            work.push((p, g, st.as_ref().expect("just set")));
+            work.push((p, g, st.as_ref().expect("just set"), -neg_step_size, *c2));
         }
         let slots = work
             .into_iter()
-            .map(|(p, g, s)| {
-                let t = s.step.item()?;
-                let c1 = 1.0 - b1.powf(t);
-                let c2 = (1.0 - b2.powf(t)).sqrt();
-                let step_size = lr / c1;
+            .map(|(p, g, s, step_size, c2)| {
                 let mut state = vec![&s.exp_avg, &s.exp_avg_sq];
                 state.extend(s.max_exp_avg_sq.as_ref());
                 Ok(fused::Slot {
@@ -142,18 +160,122 @@ impl AdamW {
     }
 
     /// Sets betas, eps, weight decay and amsgrad.
-    pub fn options(
-        mut self,
-        betas: (f64, f64),
-        eps: f64,
-        weight_decay: f64,
-        amsgrad: bool,
-    ) -> AdamW {
-        self.betas = betas;
-        self.eps = eps;
-        self.weight_decay = weight_decay;
-        self.amsgrad = amsgrad;
+    pub fn options(self, betas: (f64, f64), eps: f64, weight_decay: f64, amsgrad: bool) -> AdamW {
+        {
+            let mut h = self.hyper.lock();
+            h.betas = betas;
+            h.eps = eps;
+            h.weight_decay = weight_decay;
+            h.amsgrad = amsgrad;
+        }
         self
+    }
+
+    /// The hyperparameters.
+    pub fn hyperparameters(&self) -> AdamWOptions {
+        self.hyper.lock().clone()
+    }
+
+    /// Replaces the hyperparameters (a compiled step that baked in the old ones recompiles).
+    pub fn set_options(&self, options: AdamWOptions) {
+        *self.hyper.lock() = options;
+    }
+
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        self.hyper.lock().lr
+    }
+
+    /// Sets the learning rate (a scheduler's job; a compiled step recompiles).
+    pub fn set_lr(&self, lr: f64) {
+        self.hyper.lock().lr = lr;
+    }
+
+    /// The hyperparameters for one step; inside a trace, guarded for the compiled graph.
+    fn current(&self) -> AdamWOptions {
+        let h = self.hyper.lock().clone();
+        super::guard_hyperparameters("AdamW", &self.hyper, &h);
+        h
+    }
+}
+
+impl AdamW {
+    /// Advances the step count of every parameter that has a gradient and returns its bias
+    /// corrections (`None` for one without a gradient, which is skipped). State is made on a
+    /// parameter's first step (as data, even inside a compiled step: the graph then updates
+    /// it). Parameters whose states were made together share one step count, advanced and
+    /// corrected once per step (so a compiled step has one small scalar chain, not one per
+    /// parameter); one skipped while others of its group step gets a count of its own.
+    fn advance(&mut self, traced: bool, h: &AdamWOptions) -> Result<Vec<Option<Corrections>>> {
+        let has_grad: Vec<bool> = self.params.iter().map(|p| p.grad().is_some()).collect();
+        let ams = h.amsgrad;
+        let mut fresh: Option<Tensor> = None;
+        for ((p, st), &g) in self.params.iter().zip(&mut self.state).zip(&has_grad) {
+            if g && st.is_none() {
+                let step = match &fresh {
+                    Some(t) => t.clone(),
+                    None => {
+                        let t = untraced(|| Tensor::full(&[], 0.0, DType::F64))?;
+                        fresh = Some(t.clone());
+                        t
+                    }
+                };
+                *st = Some(untraced(|| Moments::new(p, ams, step))?);
+            }
+        }
+        let key = |t: &Tensor| t.as_cpu().map(|c| Arc::as_ptr(c.storage()) as usize);
+        let keys: Vec<Option<usize>> = self
+            .state
+            .iter()
+            .map(|s| s.as_ref().map(|s| untraced(|| key(&s.step))).transpose())
+            .collect::<Result<_>>()?;
+        // a count shared with a parameter that steps now, by one that does not: split it
+        for i in 0..self.params.len() {
+            let (Some(k), false) = (keys[i], has_grad[i]) else {
+                continue;
+            };
+            let shared = (0..self.params.len()).any(|j| has_grad[j] && keys[j] == Some(k));
+            if shared {
+                if let Some(s) = &mut self.state[i] {
+                    s.step = untraced(|| own(s.step.clone()))?;
+                }
+            }
+        }
+        let (b1, b2) = h.betas;
+        let mut done: Vec<(usize, Corrections)> = Vec::new();
+        let mut out = Vec::with_capacity(self.params.len());
+        for (i, st) in self.state.iter().enumerate() {
+            let (Some(s), true, Some(k)) = (st, has_grad[i], keys[i]) else {
+                out.push(None);
+                continue;
+            };
+            if let Some((_, c)) = done.iter().find(|(d, _)| *d == k) {
+                out.push(Some(c.clone()));
+                continue;
+            }
+            let c = if traced {
+                s.step.add_(1.0)?;
+                // scalar operands, not constant tensors: one small f64 kernel
+                let scalar_first = |op: BinaryOp, x: f64, t: &Tensor| {
+                    Tensor::call(&Op::Binary(op), &[Operand::Scalar(x.into()), t.into()])
+                };
+                // 1 - β^t (as -β^t + 1, the same rounding)
+                let one_minus_pow =
+                    |b: f64| scalar_first(BinaryOp::Pow, b, &s.step)?.neg()?.add(1.0);
+                Corrections::Traced(Box::new((
+                    scalar_first(BinaryOp::Div, -h.lr, &one_minus_pow(b1)?)?,
+                    one_minus_pow(b2)?.sqrt()?,
+                )))
+            } else {
+                let t = s.step.item()? + 1.0;
+                s.step.fill_(t)?;
+                let (c1, c2) = (1.0 - b1.powf(t), 1.0 - b2.powf(t));
+                Corrections::Numbers(-(h.lr / c1), c2.sqrt())
+            };
+            done.push((k, c.clone()));
+            out.push(Some(c));
+        }
+        Ok(out)
     }
 }
 
@@ -164,42 +286,26 @@ impl Optimizer for AdamW {
         if !traced && self.fused && self.params.iter().all(fused::supported) {
             return self.fused_step();
         }
-        let (b1, b2) = self.betas;
-        for (p, st) in self.params.iter().zip(&mut self.state) {
-            let Some(g) = p.grad() else {
+        let h = self.current();
+        let (b1, b2) = h.betas;
+        let corrections = self.advance(traced, &h)?;
+        for ((p, st), corr) in self.params.iter().zip(&self.state).zip(corrections) {
+            let (Some(g), Some(corr), Some(s)) = (p.grad(), corr, st) else {
                 continue;
             };
-            if st.is_none() {
-                // made as data even inside a compiled step: the graph then updates it
-                *st = Some(crate::compile::lazy::untraced(|| {
-                    Moments::new(p, self.amsgrad)
-                })?);
-            }
-            let s = st.as_ref().expect("just set");
-            // the bias corrections, from the step count (in the graph when traced, so that
-            // a compiled step counts on every call)
-            let (ss, cs) = if traced {
-                s.step.add_(1.0)?;
-                let one = || Tensor::full(&[], 1.0, DType::F64);
-                let pow = |b: f64| Tensor::full(&[], b, DType::F64)?.pow(&s.step);
-                let c1 = one()?.sub(&pow(b1)?)?;
-                let ss = Tensor::full(&[], -self.lr, DType::F64)?.div(&c1)?;
-                (Some(ss), Some(one()?.sub(&pow(b2)?)?.sqrt()?))
-            } else {
-                (None, None)
+            // traced corrections in the parameter's dtype, as eager mode converts a scalar
+            // operand (so the update's pointwise chain has one dtype and fuses)
+            let (ss, cs) = match &corr {
+                Corrections::Traced(t) => (Some(t.0.cast(p.dtype())?), Some(t.1.cast(p.dtype())?)),
+                Corrections::Numbers(..) => (None, None),
             };
-            let (step_size, c2_sqrt): (Operand<'_>, Operand<'_>) = match (&ss, &cs) {
-                (Some(ss), Some(cs)) => (ss.into(), cs.into()),
-                _ => {
-                    let t = s.step.item()? + 1.0;
-                    s.step.fill_(t)?;
-                    let c1 = 1.0 - b1.powf(t);
-                    let c2 = 1.0 - b2.powf(t);
-                    ((-(self.lr / c1)).into(), c2.sqrt().into())
-                }
+            let (step_size, c2_sqrt): (Operand<'_>, Operand<'_>) = match (&corr, &ss, &cs) {
+                (_, Some(ss), Some(cs)) => (ss.into(), cs.into()),
+                (Corrections::Numbers(ss, cs), ..) => ((*ss).into(), (*cs).into()),
+                _ => unreachable!("traced corrections are cast above"),
             };
-            if self.weight_decay != 0.0 {
-                p.mul_(1.0 - self.lr * self.weight_decay)?;
+            if h.weight_decay != 0.0 {
+                p.mul_(1.0 - h.lr * h.weight_decay)?;
             }
             // lerp with weight 1 - β1 (< 0.5): m + w·(g - m), as torch computes it
             s.exp_avg.add_(&g.sub(&s.exp_avg)?.mul(1.0 - b1)?)?;
@@ -212,7 +318,7 @@ impl Optimizer for AdamW {
                 }
                 None => &s.exp_avg_sq,
             };
-            let denom = v.sqrt()?.div(c2_sqrt)?.add(self.eps)?;
+            let denom = v.sqrt()?.div(c2_sqrt)?.add(h.eps)?;
             p.add_(&s.exp_avg.div(&denom)?.mul(step_size)?)?;
         }
         Ok(())
@@ -249,7 +355,7 @@ impl Optimizer for AdamW {
             let exp_avg_sq =
                 find(state, &name("exp_avg_sq"), p)?.ok_or_else(|| missing("exp_avg_sq"))?;
             let max_exp_avg_sq = find(state, &name("max_exp_avg_sq"), p)?;
-            if self.amsgrad && max_exp_avg_sq.is_none() {
+            if self.hyper.lock().amsgrad && max_exp_avg_sq.is_none() {
                 return Err(missing("max_exp_avg_sq"));
             }
             self.state[i] = Some(Moments {

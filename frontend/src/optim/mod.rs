@@ -11,8 +11,8 @@ mod adamw;
 mod fused;
 mod sgd;
 
-pub use adamw::AdamW;
-pub use sgd::Sgd;
+pub use adamw::{AdamW, AdamWOptions};
+pub use sgd::{Sgd, SgdOptions};
 
 use crate::error::{Error, Result};
 use crate::Tensor;
@@ -53,4 +53,28 @@ fn find(state: &[(String, Tensor)], name: &str, like: &Tensor) -> Result<Option<
             like.shape()
         ))),
     }
+}
+
+/// Inside a trace: guards the compiled graph on the hyperparameters `now` read from `cell`
+/// (constants of the graph), so that a change recompiles instead of reusing the graph.
+fn guard_hyperparameters<H>(
+    which: &'static str,
+    cell: &std::sync::Arc<parking_lot::Mutex<H>>,
+    now: &H,
+) where
+    H: Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static,
+{
+    let Some(tracer) = crate::compile::lazy::current() else {
+        return;
+    };
+    let (cell, traced) = (cell.clone(), now.clone());
+    tracer.guard_value(std::sync::Arc::new(move || {
+        let now = cell.lock();
+        (*now != traced).then(|| {
+            format!(
+                "{which} hyperparameters changed: traced with {traced:?}, now {:?}",
+                *now
+            )
+        })
+    }));
 }

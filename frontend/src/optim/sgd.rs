@@ -4,12 +4,30 @@ use super::{check_params, find, fused, Optimizer};
 use crate::autograd::no_grad;
 use crate::error::Result;
 use crate::{DType, Tensor};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 /// `torch.optim.SGD`: with `g` the gradient (plus `weight_decay·p`), the momentum buffer
 /// `b = g` on the first step and `momentum·b + (1 - dampening)·g` after, `g = g +
 /// momentum·b` with nesterov (else `g = b`), then `p -= lr·g`.
 pub struct Sgd {
     params: Vec<Tensor>,
+    /// the hyperparameters, shared with the guards of compiled steps that baked them in
+    hyper: Arc<Mutex<SgdOptions>>,
+    /// one fused pass per parameter, all parameters in one parallel loop (torch's
+    /// `fused=True`; see [`Sgd::fused`])
+    pub fused: bool,
+    buffers: Vec<Option<Tensor>>,
+    /// per parameter, once a compiled step has run: whether its buffer holds a momentum
+    /// (a 0-d bool the graph reads and sets)
+    started: Vec<Option<Tensor>>,
+}
+
+/// SGD's hyperparameters. Inside a compiled training step they are constants of the graph,
+/// guarded: changing one ([`Sgd::set_options`], [`Sgd::set_lr`]) recompiles the step on its
+/// next call; a cached graph never runs with old values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SgdOptions {
     /// learning rate
     pub lr: f64,
     /// momentum factor (0: none)
@@ -20,13 +38,6 @@ pub struct Sgd {
     pub weight_decay: f64,
     /// Nesterov momentum
     pub nesterov: bool,
-    /// one fused pass per parameter, all parameters in one parallel loop (torch's
-    /// `fused=True`; see [`Sgd::fused`])
-    pub fused: bool,
-    buffers: Vec<Option<Tensor>>,
-    /// per parameter, once a compiled step has run: whether its buffer holds a momentum
-    /// (a 0-d bool the graph reads and sets)
-    started: Vec<Option<Tensor>>,
 }
 
 impl Sgd {
@@ -36,11 +47,13 @@ impl Sgd {
         let n = params.len();
         Ok(Sgd {
             params,
-            lr,
-            momentum: 0.0,
-            dampening: 0.0,
-            weight_decay: 0.0,
-            nesterov: false,
+            hyper: Arc::new(Mutex::new(SgdOptions {
+                lr,
+                momentum: 0.0,
+                dampening: 0.0,
+                weight_decay: 0.0,
+                nesterov: false,
+            })),
             fused: false,
             buffers: vec![None; n],
             started: vec![None; n],
@@ -48,17 +61,47 @@ impl Sgd {
     }
 
     /// Sets the momentum, dampening and nesterov flag.
-    pub fn momentum(mut self, momentum: f64, dampening: f64, nesterov: bool) -> Sgd {
-        self.momentum = momentum;
-        self.dampening = dampening;
-        self.nesterov = nesterov;
+    pub fn momentum(self, momentum: f64, dampening: f64, nesterov: bool) -> Sgd {
+        {
+            let mut h = self.hyper.lock();
+            h.momentum = momentum;
+            h.dampening = dampening;
+            h.nesterov = nesterov;
+        }
         self
     }
 
     /// Sets the weight decay.
-    pub fn weight_decay(mut self, weight_decay: f64) -> Sgd {
-        self.weight_decay = weight_decay;
+    pub fn weight_decay(self, weight_decay: f64) -> Sgd {
+        self.hyper.lock().weight_decay = weight_decay;
         self
+    }
+
+    /// The hyperparameters.
+    pub fn hyperparameters(&self) -> SgdOptions {
+        self.hyper.lock().clone()
+    }
+
+    /// Replaces the hyperparameters (a compiled step that baked in the old ones recompiles).
+    pub fn set_options(&self, options: SgdOptions) {
+        *self.hyper.lock() = options;
+    }
+
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        self.hyper.lock().lr
+    }
+
+    /// Sets the learning rate (a scheduler's job; a compiled step recompiles).
+    pub fn set_lr(&self, lr: f64) {
+        self.hyper.lock().lr = lr;
+    }
+
+    /// The hyperparameters for one step; inside a trace, guarded for the compiled graph.
+    fn current(&self) -> SgdOptions {
+        let h = self.hyper.lock().clone();
+        super::guard_hyperparameters("SGD", &self.hyper, &h);
+        h
     }
 
     /// Runs each step as one fused pass over every parameter's elements, all parameters in
@@ -72,13 +115,9 @@ impl Sgd {
 
     /// The fused step (see [`Sgd::fused`]).
     fn fused_step(&mut self) -> Result<()> {
-        let (lr, m, damp, wd, nesterov) = (
-            self.lr,
-            self.momentum,
-            self.dampening,
-            self.weight_decay,
-            self.nesterov,
-        );
+        let h = self.current();
+        let (lr, m, damp, wd, nesterov) =
+            (h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov);
         let mut work = Vec::new();
         for (p, buf) in self.params.iter().zip(&mut self.buffers) {
             let Some(g) = p.grad() else {
@@ -121,6 +160,7 @@ impl Optimizer for Sgd {
         if !traced && self.fused && self.params.iter().all(fused::supported) {
             return self.fused_step();
         }
+        let h = self.current();
         for ((p, buf), started) in self
             .params
             .iter()
@@ -130,10 +170,10 @@ impl Optimizer for Sgd {
             let Some(mut g) = p.grad() else {
                 continue;
             };
-            if self.weight_decay != 0.0 {
-                g = g.add(&p.mul(self.weight_decay)?)?;
+            if h.weight_decay != 0.0 {
+                g = g.add(&p.mul(h.weight_decay)?)?;
             }
-            if self.momentum != 0.0 {
+            if h.momentum != 0.0 {
                 if traced {
                     // Inside a compiled step the buffer and a "has started" flag are data
                     // the graph updates in place, so that one graph serves the first step
@@ -151,11 +191,11 @@ impl Optimizer for Sgd {
                         *started = Some(f);
                     }
                     let (b, f) = (buf.as_ref().expect("set"), started.as_ref().expect("set"));
-                    let later = b.mul(self.momentum)?.add(&g.mul(1.0 - self.dampening)?)?;
+                    let later = b.mul(h.momentum)?.add(&g.mul(1.0 - h.dampening)?)?;
                     b.copy_(&f.where_(&later, &g.mul(1.0)?)?)?;
                     f.fill_(true)?;
-                    g = if self.nesterov {
-                        g.add(&b.mul(self.momentum)?)?
+                    g = if h.nesterov {
+                        g.add(&b.mul(h.momentum)?)?
                     } else {
                         b.mul(1.0)?
                     };
@@ -164,22 +204,22 @@ impl Optimizer for Sgd {
                         None => g.mul(1.0)?,
                         Some(b) => {
                             // updated in place (a compiled step may read it next)
-                            b.copy_(&b.mul(self.momentum)?.add(&g.mul(1.0 - self.dampening)?)?)?;
+                            b.copy_(&b.mul(h.momentum)?.add(&g.mul(1.0 - h.dampening)?)?)?;
                             b
                         }
                     };
                     if let Some(f) = started {
                         f.fill_(true)?;
                     }
-                    g = if self.nesterov {
-                        g.add(&b.mul(self.momentum)?)?
+                    g = if h.nesterov {
+                        g.add(&b.mul(h.momentum)?)?
                     } else {
                         b.clone()
                     };
                     *buf = Some(b);
                 }
             }
-            p.add_(&g.mul(-self.lr)?)?;
+            p.add_(&g.mul(-h.lr)?)?;
         }
         Ok(())
     }

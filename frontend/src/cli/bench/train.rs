@@ -2,12 +2,13 @@
 //! optimiser step, eager against compiled, in one process.
 //!
 //! A step is `loss = f(batch)`, `loss.backward()`, `opt.step()`, `opt.zero_grad()` with
-//! `AdamW(lr 1e-3, fused)` over the model's parameters (leaves that require grad). Eagerly
-//! `f` is the model's forward and the loss; compiled, it is the same function through
-//! `kiln::compile` (the batch is the argument, the weights are captured), whose loss carries
-//! the gradient function of the compiled backward graph; backward and the optimiser step
-//! stay eager on both sides. Each side trains its own copy of the weights, built from the
-//! same seeds, on the same fixed batch.
+//! `AdamW(lr 1e-3, fused)` over the model's parameters (leaves that require grad), `f` the
+//! model's forward and the loss. Eagerly, that runs op by op (the fused AdamW kernel for the
+//! update); compiled, the whole step is one function through `kiln::compile` (the batch is
+//! the argument; the weights, their gradients and the optimiser's state are captured), so
+//! forward, backward and the AdamW update are one graph whose in-place updates are written
+//! back. Each side trains its own copy of the weights, built from the same seeds, on the
+//! same fixed batch.
 //!
 //! 1. **Verify.** [`VERIFY_STEPS`] steps eagerly, then as many compiled; the losses of every
 //!    step must agree to a relative `1e-4` (`1e-3` on `interp`, which computes in f64) or
@@ -19,9 +20,8 @@
 //!    gradients, what the forward saves for the backward, buffers a compiled plan keeps
 //!    between calls) and leaves out the first step's one-off work (the compile). The other
 //!    side's tensors are the same before and after, so they cancel.
-//! 3. **Compile time** is the first call of the compiled function (trace, differentiate,
-//!    partition, compile both graphs, run the forward); `first_step_ms` is that whole
-//!    first step.
+//! 3. **Compile time** is the first call of the compiled step (trace, differentiate,
+//!    compile, run it once); `first_step_ms` is the same call.
 //! 4. **Times**: steps of the two sides in alternation after a warm-up, as for the forward
 //!    workloads ([`super::run::alternate`]).
 //!
@@ -426,7 +426,11 @@ fn optimizer(params: Vec<Tensor>) -> kiln::Result<AdamW> {
     Ok(AdamW::new(params, LR)?.fused(true))
 }
 
-/// Builds two copies of `w`, compiles one's loss with `backend`, verifies and times.
+/// What one step of a side returns: its loss, or the stage that failed.
+pub type StepResult = Result<Tensor, (&'static str, kiln::Error)>;
+
+/// Builds two copies of `w`, compiles one's whole training step with `backend`, verifies
+/// and times.
 pub fn measure(
     w: &Workload,
     backend: Backend,
@@ -435,18 +439,24 @@ pub fn measure(
     let inputs = w.inputs().map_err(TrainError::Build)?;
     let eager = w.build().map_err(TrainError::Build)?;
     let compiled = w.build().map_err(TrainError::Build)?;
-    let mut eager_opt = optimizer(eager.params).map_err(TrainError::Build)?;
-    let mut compiled_opt = optimizer(compiled.params).map_err(TrainError::Build)?;
+    let eager_opt = std::cell::RefCell::new(optimizer(eager.params).map_err(TrainError::Build)?);
+    let compiled_opt =
+        std::sync::Mutex::new(optimizer(compiled.params).map_err(TrainError::Build)?);
     let f = compiled.loss;
     let compiled_fn = compile_with(
-        move |xs: &[Tensor]| f(xs),
+        move |xs: &[Tensor]| -> kiln::Result<Tensor> {
+            let mut opt = compiled_opt.lock().unwrap_or_else(|e| e.into_inner());
+            let loss = f(xs)?;
+            loss.backward()?;
+            opt.step()?;
+            opt.zero_grad();
+            Ok(loss)
+        },
         CompileOptions::default().backend(backend).name(w.name()),
     );
     let mut m = compare(
-        &*eager.loss,
-        &mut eager_opt,
-        &|xs: &[Tensor]| compiled_fn.call(xs),
-        &mut compiled_opt,
+        &|xs: &[Tensor]| step(&*eager.loss, xs, &mut *eager_opt.borrow_mut()),
+        &|xs: &[Tensor]| compiled_fn.call(xs).map_err(|e| ("compiled step", e)),
         &inputs,
         budget,
         tolerance(backend),
@@ -455,22 +465,17 @@ pub fn measure(
     Ok(m)
 }
 
-/// A step after its loss: backward, the optimiser's step, the gradients cleared.
-fn finish(loss: &Tensor, opt: &mut dyn Optimizer) -> Result<(), (&'static str, kiln::Error)> {
-    loss.backward().map_err(|e| ("backward", e))?;
-    opt.step().map_err(|e| ("optimiser step", e))?;
-    opt.zero_grad();
-    Ok(())
-}
-
-/// One step: the loss of `inputs`, then [`finish`].
+/// One eager step: the loss of `inputs`, backward, the optimiser's step, the gradients
+/// cleared.
 fn step(
     loss_of: &dyn Fn(&[Tensor]) -> kiln::Result<Tensor>,
     inputs: &[Tensor],
     opt: &mut dyn Optimizer,
-) -> Result<Tensor, (&'static str, kiln::Error)> {
+) -> StepResult {
     let loss = loss_of(inputs).map_err(|e| ("forward", e))?;
-    finish(&loss, opt)?;
+    loss.backward().map_err(|e| ("backward", e))?;
+    opt.step().map_err(|e| ("optimiser step", e))?;
+    opt.zero_grad();
     Ok(loss)
 }
 
@@ -480,8 +485,6 @@ struct Verified {
     losses: Vec<f64>,
     /// the peak bytes of steps 2.. above the bytes held before step 1
     peak_bytes: usize,
-    /// the first call of the loss function, ms
-    first_call_ms: f64,
     /// the whole first step, ms
     first_step_ms: f64,
 }
@@ -489,8 +492,7 @@ struct Verified {
 /// [`VERIFY_STEPS`] steps of a side (see [`Verified`]).
 fn verify_side(
     side: &'static str,
-    loss_of: &dyn Fn(&[Tensor]) -> kiln::Result<Tensor>,
-    opt: &mut dyn Optimizer,
+    step: &dyn Fn(&[Tensor]) -> StepResult,
     inputs: &[Tensor],
 ) -> Result<Verified, TrainError> {
     let fail = |step: usize| {
@@ -503,14 +505,12 @@ fn verify_side(
     };
     let before = allocator_stats().allocated_bytes;
     let start = Instant::now();
-    let loss = loss_of(inputs).map_err(|e| fail(1)(("forward", e)))?;
-    let first_call_ms = start.elapsed().as_secs_f64() * 1e3;
-    finish(&loss, opt).map_err(fail(1))?;
+    let loss = step(inputs).map_err(fail(1))?;
     let first_step_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut losses = vec![item(loss, side, 1)?];
     reset_peak_stats();
     for k in 2..=VERIFY_STEPS {
-        let loss = step(loss_of, inputs, opt).map_err(fail(k))?;
+        let loss = step(inputs).map_err(fail(k))?;
         losses.push(item(loss, side, k)?);
     }
     let peak_bytes = allocator_stats()
@@ -519,7 +519,6 @@ fn verify_side(
     Ok(Verified {
         losses,
         peak_bytes,
-        first_call_ms,
         first_step_ms,
     })
 }
@@ -534,19 +533,17 @@ fn item(loss: Tensor, side: &'static str, step: usize) -> Result<f64, TrainError
     })
 }
 
-/// Verifies `compiled` against `eager` (each with its own optimiser over its own copy of
-/// the weights), then times their steps in alternation.
+/// Verifies the `compiled` step against the `eager` one (each training its own copy of the
+/// weights with its own optimiser), then times their steps in alternation.
 pub fn compare(
-    eager: &dyn Fn(&[Tensor]) -> kiln::Result<Tensor>,
-    eager_opt: &mut dyn Optimizer,
-    compiled: &dyn Fn(&[Tensor]) -> kiln::Result<Tensor>,
-    compiled_opt: &mut dyn Optimizer,
+    eager: &dyn Fn(&[Tensor]) -> StepResult,
+    compiled: &dyn Fn(&[Tensor]) -> StepResult,
     inputs: &[Tensor],
     budget: Budget,
     tolerance: f64,
 ) -> Result<TrainMeasured, TrainError> {
-    let e = verify_side("eager", eager, eager_opt, inputs)?;
-    let c = verify_side("compiled", compiled, compiled_opt, inputs)?;
+    let e = verify_side("eager", eager, inputs)?;
+    let c = verify_side("compiled", compiled, inputs)?;
     let mut rel_error = 0.0f64;
     for (k, (&el, &cl)) in e.losses.iter().zip(&c.losses).enumerate() {
         let err = if el.is_finite() && cl.is_finite() {
@@ -567,13 +564,10 @@ pub fn compare(
     }
     // steps continue from the verification's, numbered on for errors
     let (mut ne, mut nc) = (VERIFY_STEPS, VERIFY_STEPS);
-    let timed = |side: &'static str,
-                 n: &mut usize,
-                 f: &dyn Fn(&[Tensor]) -> kiln::Result<Tensor>,
-                 opt: &mut dyn Optimizer| {
+    let timed = |side: &'static str, n: &mut usize, f: &dyn Fn(&[Tensor]) -> StepResult| {
         *n += 1;
         let k = *n;
-        step(f, inputs, opt)
+        f(inputs)
             .map(drop)
             .map_err(|(stage, source)| TrainError::Step {
                 side,
@@ -584,11 +578,11 @@ pub fn compare(
     };
     let (eager_t, compiled_t) = alternate(
         budget,
-        || timed("eager", &mut ne, eager, eager_opt),
-        || timed("compiled", &mut nc, compiled, compiled_opt),
+        || timed("eager", &mut ne, eager),
+        || timed("compiled", &mut nc, compiled),
     )?;
     Ok(TrainMeasured {
-        compile_ms: c.first_call_ms,
+        compile_ms: c.first_step_ms,
         first_step_ms: c.first_step_ms,
         eager: eager_t,
         compiled: compiled_t,
@@ -604,6 +598,7 @@ pub fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
 
     const BUDGET: Budget = Budget {
         min_runs: 3,
@@ -652,11 +647,18 @@ mod tests {
         let inputs = w.inputs().unwrap();
         let (a, b) = (w.build().unwrap(), w.build().unwrap());
         let moments: usize = a.params.iter().map(|p| 2 * 4 * p.numel()).sum();
-        let (mut oa, mut ob) = (
-            optimizer(a.params.clone()).unwrap(),
-            optimizer(b.params.clone()).unwrap(),
+        let (oa, ob) = (
+            RefCell::new(optimizer(a.params.clone()).unwrap()),
+            RefCell::new(optimizer(b.params.clone()).unwrap()),
         );
-        let m = compare(&*a.loss, &mut oa, &*b.loss, &mut ob, &inputs, BUDGET, 1e-4).unwrap();
+        let m = compare(
+            &|xs: &[Tensor]| step(&*a.loss, xs, &mut *oa.borrow_mut()),
+            &|xs: &[Tensor]| step(&*b.loss, xs, &mut *ob.borrow_mut()),
+            &inputs,
+            BUDGET,
+            1e-4,
+        )
+        .unwrap();
         assert_eq!(m.eager_losses.len(), VERIFY_STEPS);
         assert_eq!(m.eager_losses, m.compiled_losses);
         assert_eq!(m.rel_error, 0.0);
@@ -687,17 +689,19 @@ mod tests {
         let w = Workload::new("train_mlp", true).unwrap();
         let inputs = w.inputs().unwrap();
         let (a, b) = (w.build().unwrap(), w.build().unwrap());
-        let (mut oa, mut ob) = (
-            optimizer(a.params.clone()).unwrap(),
-            optimizer(b.params.clone()).unwrap(),
+        let (oa, ob) = (
+            RefCell::new(optimizer(a.params.clone()).unwrap()),
+            RefCell::new(optimizer(b.params.clone()).unwrap()),
         );
+        let eager = |xs: &[Tensor]| step(&*a.loss, xs, &mut *oa.borrow_mut());
         let off = |xs: &[Tensor]| (b.loss)(xs)?.mul(1.001);
-        let e = compare(&*a.loss, &mut oa, &off, &mut ob, &inputs, BUDGET, 1e-4).unwrap_err();
+        let off_step = |xs: &[Tensor]| step(&off, xs, &mut *ob.borrow_mut());
+        let e = compare(&eager, &off_step, &inputs, BUDGET, 1e-4).unwrap_err();
         assert!(matches!(e, TrainError::Mismatch { step: 1, .. }), "{e}");
-        // a loss outside autograd (what a compiled function returned before it took part
-        // in autograd): backward fails
+        // a loss outside autograd: backward fails, and the error names the stage
         let detached = |xs: &[Tensor]| Ok((b.loss)(xs)?.detach());
-        let e = compare(&*a.loss, &mut oa, &detached, &mut ob, &inputs, BUDGET, 1e-4)
+        let detached_step = |xs: &[Tensor]| step(&detached, xs, &mut *ob.borrow_mut());
+        let e = compare(&eager, &detached_step, &inputs, BUDGET, 1e-4)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("compiled step 1: backward:"), "{e}");

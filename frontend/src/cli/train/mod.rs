@@ -3,10 +3,10 @@
 //! cross-entropy loss and SGD or AdamW; weights in and out as safetensors with torch's
 //! names (`0.weight`, `0.bias`, `2.weight`, ...), figures as JSON.
 //!
-//! `--compile` runs the forward pass and the loss through [`kiln::compile`] (the batch is
-//! the argument, the weights are captured and require grad, as `torch.compile(model)`
-//! followed by the loss): the compiled function's loss carries the gradient function of
-//! its compiled backward graph, so `loss.backward()` and the optimiser step stay eager.
+//! `--compile` runs the whole training step through [`kiln::compile`] (the batch is the
+//! argument; the weights, their gradients and the optimiser's state are captured): zero
+//! grad, forward, loss, `backward()` and the optimiser's step trace to one graph, whose
+//! updates of the weights and the optimiser state are written back after each call.
 //!
 //! Steps per second are measured over the training loop alone (batches made, forward,
 //! backward, optimiser step, the loss read back), not over reading the data, building the
@@ -25,6 +25,7 @@ use kiln::optim::{AdamW, Optimizer, Sgd};
 use kiln::{compile_with, CompileOptions, Tensor};
 use progress::Progress;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// The options of `kiln train`.
@@ -80,8 +81,8 @@ pub struct TrainArgs {
     /// parallel (torch's `fused=True`), instead of a dozen eager ops per parameter
     #[arg(long)]
     pub fused: bool,
-    /// compile the forward pass and the loss with `kiln::compile` (the cpu backend); the
-    /// backward pass runs the compiled backward graph, the optimiser stays eager
+    /// compile the whole training step (forward, loss, backward, optimiser update) with
+    /// `kiln::compile` (the cpu backend) into one graph
     #[arg(long)]
     pub compile: bool,
     /// steps between progress lines when stderr is not a terminal (0: none)
@@ -201,7 +202,7 @@ fn join(sizes: &[usize]) -> String {
         .join(",")
 }
 
-fn optimizer(o: &Resolved, params: Vec<Tensor>) -> kiln::Result<Box<dyn Optimizer>> {
+fn optimizer(o: &Resolved, params: Vec<Tensor>) -> kiln::Result<Box<dyn Optimizer + Send>> {
     Ok(match o.optimizer {
         OptimizerKind::Sgd => Box::new(
             Sgd::new(params, o.lr)?
@@ -210,8 +211,10 @@ fn optimizer(o: &Resolved, params: Vec<Tensor>) -> kiln::Result<Box<dyn Optimize
                 .fused(o.fused),
         ),
         OptimizerKind::Adamw => {
-            let mut a = AdamW::new(params, o.lr)?.fused(o.fused);
-            a.weight_decay = o.weight_decay;
+            let a = AdamW::new(params, o.lr)?.fused(o.fused);
+            let mut h = a.hyperparameters();
+            h.weight_decay = o.weight_decay;
+            a.set_options(h);
             Box::new(a)
         }
     })
@@ -245,14 +248,23 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
     if let Some(init) = &args.init {
         load_parameters(&model, init)?;
     }
-    let mut opt = optimizer(&o, model.parameters())?;
+    let opt = Mutex::new(optimizer(&o, model.parameters())?);
     let ce = CrossEntropyOptions::default();
-    // the forward pass and the loss of a batch `[x, y]`: eager, or compiled (traced and
-    // compiled on the first step; every batch has the same shape, so later steps reuse it)
-    let forward_loss = |xy: &[Tensor]| cross_entropy(&model.forward(&xy[0])?, &xy[1], &ce);
+    // one training step on a batch `[x, y]`: gradients cleared, forward, loss, backward,
+    // the optimiser's update; eager, or compiled whole (traced and compiled on the first
+    // step, one graph with the update written back; every batch has the same shape, so
+    // later steps reuse it)
+    let train_step = |xy: &[Tensor]| -> kiln::Result<Tensor> {
+        let mut opt = opt.lock().unwrap_or_else(|e| e.into_inner());
+        opt.zero_grad();
+        let loss = cross_entropy(&model.forward(&xy[0])?, &xy[1], &ce)?;
+        loss.backward()?;
+        opt.step()?;
+        Ok(loss)
+    };
     let compiled = o
         .compile
-        .then(|| compile_with(forward_loss, CompileOptions::default().name("train")));
+        .then(|| compile_with(train_step, CompileOptions::default().name("train")));
     println!(
         "training an MLP {} ({} parameters, {}) on {}: {} rows, {} features, {} classes; {} \
          lr {}, batch {}, {} steps{}",
@@ -286,11 +298,8 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
         let xy = [x, y];
         let loss = match &compiled {
             Some(f) => f.call(&xy)?,
-            None => forward_loss(&xy)?,
+            None => train_step(&xy)?,
         };
-        opt.zero_grad();
-        loss.backward()?;
-        opt.step()?;
         let l = loss.item()?;
         if step == 0 {
             first_step_seconds = Some(start.elapsed().as_secs_f64());
