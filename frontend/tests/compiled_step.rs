@@ -426,3 +426,42 @@ fn toggling_requires_grad_or_no_grad_around_a_compiled_step_never_reuses_a_stale
     let s = f.stats();
     assert_eq!((s.traces, s.entries, s.cache_hits), (2, 2, 1), "{s:?}");
 }
+
+#[test]
+fn explaining_a_training_step_runs_it_once_and_leaves_real_gradients() {
+    let l1 = Linear::init(8, 4, true, 17).unwrap();
+    let opt = Mutex::new(Sgd::new(l1.parameters(), 0.1).unwrap());
+    let step = |xs: &[Tensor]| -> kiln::Result<Tensor> {
+        let mut opt = opt.lock().unwrap();
+        opt.zero_grad();
+        let loss = mse_loss(&Module::forward(&l1, &xs[0])?, &xs[1], Reduction::Mean)?;
+        loss.backward()?;
+        opt.step()?;
+        Ok(loss)
+    };
+    let [x, y] = batch(0);
+    let y = y.narrow(1, 0, 4).unwrap();
+    let w0 = values(&l1.parameters()[0]);
+    let report = kiln::explain(step, &[x, y]).unwrap().to_string();
+    assert!(report.contains("graph"), "{report}");
+    assert_ne!(values(&l1.parameters()[0]), w0, "the step ran once");
+    for p in l1.parameters() {
+        let g = p.grad().expect("backward set it");
+        assert!(g.as_cpu().is_ok(), "a real gradient, not a traced value");
+    }
+    // capture (what `kiln dump` uses) too: the graph comes back and the step has run
+    let [x, y] = batch(1);
+    let w1 = values(&l1.parameters()[0]);
+    let graphs = compile(step)
+        .capture(&[x, y.narrow(1, 0, 4).unwrap()])
+        .unwrap();
+    assert_eq!(graphs.len(), 1);
+    assert_ne!(
+        values(&l1.parameters()[0]),
+        w1,
+        "the captured step ran once"
+    );
+    for p in l1.parameters() {
+        assert!(p.grad().unwrap().as_cpu().is_ok());
+    }
+}

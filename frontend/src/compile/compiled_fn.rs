@@ -474,9 +474,9 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     .collect();
                 let mut params = params;
                 // a `.grad` input is fetched from its leaf on every call: keep no tensor of
-                // this one alive
+                // this one alive (its guard above holds its type)
                 for (i, _) in &effects.grad_slots {
-                    params[*i] = params[*i].detach();
+                    params[*i] = Tensor::zeros(&[0], params[*i].dtype())?;
                 }
                 let guards = Guards {
                     args: arg_guards,
@@ -578,9 +578,14 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
     /// Traces one call on `args` without compiling and returns the captured graphs: the
     /// whole function's graph (not run; over symbols when the options make every dim
     /// dynamic), or, when the function breaks, the segments (which ran, as they must).
+    ///
+    /// A graph with side effects (in-place updates, a traced `backward()`, `.grad` set)
+    /// runs once, as the call would (torch's `explain` runs the function too): its updates
+    /// land and no leaf is left holding a gradient that was never computed.
     pub fn capture(&self, args: &A) -> Result<Vec<Graph>> {
         let flat = args.flatten();
         let end = self.trace(args, &flat)?;
+        let mut general = None;
         if let TraceEnd::Whole { graph, .. } = &end {
             if self.shared.opts.dynamic == Dynamic::Always {
                 let all: BTreeSet<(usize, usize)> = flat
@@ -588,11 +593,17 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     .enumerate()
                     .flat_map(|(i, t)| (0..t.rank()).map(move |d| (i, d)))
                     .collect();
-                if let Some(g) = generalize(graph, flat.len(), &all, None) {
-                    logs::log_graph(&g);
-                    return Ok(vec![g]);
-                }
+                general = generalize(graph, flat.len(), &all, None);
             }
+        }
+        if let TraceEnd::Whole { effects, .. } = &end {
+            if !effects.writes.is_empty() || !effects.set_grads.is_empty() {
+                self.complete(args, end, &flat)?;
+            }
+        }
+        if let Some(g) = general {
+            logs::log_graph(&g);
+            return Ok(vec![g]);
         }
         let graphs = self.shared.state.lock().last_graphs.clone();
         graphs.iter().for_each(logs::log_graph);

@@ -3,8 +3,9 @@
 //! A trace is a sequence of *segments*. Ops append nodes to the current segment's graph;
 //! tensors the function reads that are not its arguments (weights captured by a closure,
 //! values computed before a break) become inputs of the graph, by reference. Reading a
-//! tensor's values (or mutating one in place) is a graph break: the live values of the
-//! segment become its outputs, the segment runs, and a new segment starts.
+//! tensor's values is a graph break: the live values of the segment become its outputs, the
+//! segment runs, and a new segment starts. In-place updates, `backward()` and `.grad` are
+//! kept inside the graph by `functional.rs` (an update it cannot make functional breaks).
 
 use super::functional::WholeEffects;
 use super::lazy::LazyValue;
