@@ -33,6 +33,6 @@ pub use error::RuntimeError;
 pub use exec::{execute, execute_inplace, EagerArg};
 pub use kernels::layout::view_strides;
 pub use kernels::matmul::{matmul_into, RowEpilogue};
-pub use raw::ReadLock;
+pub use raw::{ReadLock, WriteLock};
 pub use storage::Storage;
 pub use tensor::{contiguous_strides, CpuTensor};

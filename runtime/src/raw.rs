@@ -5,14 +5,39 @@ use crate::storage::{Buf, Storage};
 use crate::tensor::{checked_numel, CpuTensor};
 use crate::RuntimeError;
 use kiln_ir::DType;
-use parking_lot::RecursiveRwLockReadGuard;
+use parking_lot::{RecursiveRwLockReadGuard, RecursiveRwLockWriteGuard};
 
 /// A shared lock on a tensor's storage: in-place writers wait while it is held.
 pub struct ReadLock<'a> {
     _guard: RecursiveRwLockReadGuard<'a, Buf>,
 }
 
+/// An exclusive lock on a tensor's storage, for a kernel that writes the tensor's elements
+/// through [`CpuTensor::data_ptr`] (a compiled graph updating an input in place): readers and
+/// other writers wait while it is held; dropping it bumps the version counter, as an in-place
+/// op does. Do not read the storage through its guarded accessors while holding it.
+pub struct WriteLock<'a> {
+    tensor: &'a CpuTensor,
+    guard: Option<RecursiveRwLockWriteGuard<'a, Buf>>,
+}
+
+impl Drop for WriteLock<'_> {
+    fn drop(&mut self) {
+        self.guard.take();
+        self.tensor.storage().bump_version();
+    }
+}
+
 impl CpuTensor {
+    /// Locks the storage for an in-place write until the returned guard drops (which bumps
+    /// the version counter).
+    pub fn write_lock(&self) -> WriteLock<'_> {
+        WriteLock {
+            tensor: self,
+            guard: Some(self.storage().guard_mut()),
+        }
+    }
+
     /// A contiguous tensor of `shape` whose elements are not initialised.
     ///
     /// # Safety

@@ -27,6 +27,20 @@ pub enum CpuKernel {
     Eager(EagerKernel),
 }
 
+/// An output computed into an input's memory (see [`CpuPlan::donations`]).
+#[derive(Clone)]
+struct Donation {
+    /// the pair's position in the caller's list
+    pair: usize,
+    /// the input's position
+    input: usize,
+    /// the output's node
+    output: NodeId,
+}
+
+/// The pairs a caller asked to donate, and the donations they allow.
+type DonationCache = (Vec<(usize, usize)>, Vec<Donation>);
+
 struct Step {
     name: String,
     body: Graph,
@@ -65,6 +79,8 @@ pub struct CpuPlan {
     /// per-call state kept between calls (taken by one call at a time)
     scratch: Mutex<Vec<Scratch>>,
     has_symbols: bool,
+    /// the donations worked out for the last list of pairs asked for
+    donated: Mutex<Option<DonationCache>>,
     /// time spent building the plan (lowering; kernels compile on first call)
     pub build_time: Duration,
 }
@@ -167,6 +183,7 @@ impl CpuPlan {
             slots,
             scratch: Mutex::new(Vec::new()),
             has_symbols,
+            donated: Mutex::new(None),
             build_time: start.elapsed(),
         })
     }
@@ -287,6 +304,74 @@ impl CpuPlan {
 
     /// Runs the plan on `inputs` (in the graph's input order).
     pub fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>, CodegenError> {
+        self.run_donating(inputs, &[]).map(|(outs, _)| outs)
+    }
+
+    /// Which of the `(input, output)` pairs can be *donated*: the output computed into the
+    /// input's own memory, so that a graph that updates its inputs (a training step) needs
+    /// neither a buffer for the new value nor a copy back. A pair qualifies when the output
+    /// is made by a pointwise generated kernel that reads the input itself (same type, so
+    /// element `i` is read and written at the same index), and no other kernel, before or
+    /// after, reads the input or a view of it, nor does the graph return it; each input at
+    /// most once. Static: the same for every call.
+    fn donations(&self, donate: &[(usize, usize)]) -> Vec<Donation> {
+        let g = &self.graph;
+        let mut out: Vec<Donation> = Vec::new();
+        for (pair, &(input, output)) in donate.iter().enumerate() {
+            let (Some(&i), Some(&o)) = (self.inputs.get(input), g.outputs().get(output)) else {
+                continue;
+            };
+            if out.iter().any(|d| d.input == input || d.output == o)
+                || g.node(i).ty != g.node(o).ty
+                || !g.node(o).ty.shape.is_static()
+            {
+                continue;
+            }
+            let Some(si) = self.steps.iter().position(|s| s.outputs.contains(&o)) else {
+                continue;
+            };
+            let step = &self.steps[si];
+            let pointwise = matches!(&step.kernel, CpuKernel::Nest(n) if !n.nest.reduces);
+            if !pointwise || !step.inputs.contains(&i) {
+                continue;
+            }
+            // the input and every view of it
+            let mut aliases = vec![false; self.slots];
+            aliases[i.index()] = true;
+            for (id, n) in g.nodes() {
+                if n.op.is_view()
+                    && matches!(n.args.first(), Some(kiln_ir::Arg::Value(v)) if aliases[v.index()])
+                {
+                    aliases[id.index()] = true;
+                }
+            }
+            let read_elsewhere = self.steps.iter().enumerate().any(|(t, st)| {
+                st.inputs
+                    .iter()
+                    .any(|v| aliases[v.index()] && (t != si || *v != i))
+            });
+            if read_elsewhere || g.outputs().iter().any(|v| aliases[v.index()]) {
+                continue;
+            }
+            out.push(Donation {
+                pair,
+                input,
+                output: o,
+            });
+        }
+        out
+    }
+
+    /// Runs the plan on `inputs`, computing each output of a donatable `(input, output)`
+    /// pair (see [`CpuPlan::donations`]) into the input's memory, under the input's exclusive
+    /// lock (its version bumped once the call ends). Returns the outputs (a donated one
+    /// shares the input's storage) and, per pair, whether it was donated. A pair whose input
+    /// is not contiguous, or shares its storage with another input, is not donated.
+    pub fn run_donating(
+        &self,
+        inputs: &[&CpuTensor],
+        donate: &[(usize, usize)],
+    ) -> Result<(Vec<CpuTensor>, Vec<bool>), CodegenError> {
         if inputs.len() != self.inputs.len() {
             return Err(CodegenError::Inputs {
                 plan: self.name.clone(),
@@ -302,15 +387,52 @@ impl CpuPlan {
         } else {
             Vec::new()
         };
-        let _locks: SmallVec<[_; 8]> = inputs.iter().map(|t| t.read_lock()).collect();
+        let mut chosen = if donate.is_empty() {
+            Vec::new()
+        } else {
+            let mut cache = self.donated.lock();
+            match cache.as_ref() {
+                Some((key, d)) if key.as_slice() == donate => d.clone(),
+                _ => {
+                    let d = self.donations(donate);
+                    *cache = Some((donate.to_vec(), d.clone()));
+                    d
+                }
+            }
+        };
+        chosen.retain(|d| {
+            let t = inputs[d.input];
+            t.is_contiguous()
+                && inputs
+                    .iter()
+                    .enumerate()
+                    .all(|(k, u)| k == d.input || !u.shares_storage(t))
+        });
+        let donated_input = |k: usize| chosen.iter().any(|d| d.input == k);
+        // donated inputs under the exclusive lock (no other kernel of the plan reads them),
+        // the others shared
+        let _reads: SmallVec<[_; 8]> = inputs
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !donated_input(*k))
+            .map(|(_, t)| t.read_lock())
+            .collect();
+        let _writes: SmallVec<[_; 4]> = chosen
+            .iter()
+            .map(|d| inputs[d.input].write_lock())
+            .collect();
         let mut scratch = self.scratch.lock().pop().unwrap_or_else(|| Scratch {
             arena: vec![None; self.arena_size],
             vals: vec![None; self.slots],
         });
-        let result = self.run_steps(inputs, &bound, &mut scratch);
+        let result = self.run_steps(inputs, &bound, &mut scratch, &chosen);
         scratch.vals.iter_mut().for_each(|v| *v = None);
         self.scratch.lock().push(scratch);
-        result
+        let mut flags = vec![false; donate.len()];
+        for d in &chosen {
+            flags[d.pair] = true;
+        }
+        result.map(|outs| (outs, flags))
     }
 
     fn run_steps(
@@ -318,6 +440,7 @@ impl CpuPlan {
         inputs: &[&CpuTensor],
         bound: &Bindings,
         scratch: &mut Scratch,
+        donated: &[Donation],
     ) -> Result<Vec<CpuTensor>, CodegenError> {
         let Scratch { arena, vals } = scratch;
         for (id, t) in self.inputs.iter().zip(inputs) {
@@ -358,7 +481,11 @@ impl CpuPlan {
                 CpuKernel::Nest(n) => {
                     let mut outs = Vec::new();
                     for o in &step.outputs {
-                        outs.push(self.buffer(*o, &shape_of(o)?, arena)?);
+                        outs.push(match donated.iter().find(|d| d.output == *o) {
+                            // computed into the input's memory (donated, see `donations`)
+                            Some(d) => (*inputs[d.input]).clone(),
+                            None => self.buffer(*o, &shape_of(o)?, arena)?,
+                        });
                     }
                     let dense = n.densified_inputs(&in_refs);
                     let all: SmallVec<[&CpuTensor; 8]> = in_refs
@@ -376,10 +503,14 @@ impl CpuPlan {
                         }
                         // an empty loop, or (a generator bug) a kernel Cranelift rejects:
                         // the eager kernels compute the group instead
-                        Ok(None) => run_graph(&step.body, &in_refs, bound)?,
+                        Ok(None) => {
+                            let fresh = run_graph(&step.body, &in_refs, bound)?;
+                            into_donated(&step.outputs, fresh, donated, inputs)
+                        }
                         Err(e) => {
                             tracing::warn!(target: "kiln::code", "{e}; running {} eagerly", step.name);
-                            run_graph(&step.body, &in_refs, bound)?
+                            let fresh = run_graph(&step.body, &in_refs, bound)?;
+                            into_donated(&step.outputs, fresh, donated, inputs)
                         }
                     }
                 }
@@ -412,4 +543,33 @@ impl CpuPlan {
         }
         Ok(res)
     }
+}
+
+/// Eager results of a kernel some of whose outputs were donated: each such result is copied
+/// into its input's memory (held under the exclusive lock by the caller, contiguous, of the
+/// same type), so that a donated output always lives there.
+fn into_donated(
+    outputs: &[NodeId],
+    fresh: Vec<CpuTensor>,
+    donated: &[Donation],
+    inputs: &[&CpuTensor],
+) -> Vec<CpuTensor> {
+    outputs
+        .iter()
+        .zip(fresh)
+        .map(|(o, t)| match donated.iter().find(|d| d.output == *o) {
+            Some(d) => {
+                let dst = inputs[d.input];
+                let src = if t.is_contiguous() { t } else { t.deep_copy() };
+                let bytes = src.numel() * src.dtype().size_bytes();
+                if bytes > 0 && !src.shares_storage(dst) {
+                    // SAFETY: `dst` is contiguous with the type (so the size) of `src`, the
+                    // caller holds its exclusive lock, and the two do not overlap
+                    unsafe { std::ptr::copy_nonoverlapping(src.data_ptr(), dst.data_ptr(), bytes) };
+                }
+                (*dst).clone()
+            }
+            None => t,
+        })
+        .collect()
 }

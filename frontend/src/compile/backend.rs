@@ -91,6 +91,18 @@ impl FromStr for Backend {
 pub(crate) trait Executable: Send + Sync {
     /// Runs on `inputs` and returns the outputs in return order.
     fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>>;
+
+    /// Runs like [`Executable::run`], computing the output of each `(input, output)` pair
+    /// into the input's memory where the backend can (a graph updating its inputs); says
+    /// per pair whether it did (then the input already holds the new value, its version
+    /// bumped). By default nothing is donated.
+    fn run_donating(
+        &self,
+        inputs: &[&CpuTensor],
+        donate: &[(usize, usize)],
+    ) -> Result<(Vec<CpuTensor>, Vec<bool>)> {
+        Ok((self.run(inputs)?, vec![false; donate.len()]))
+    }
 }
 
 /// One operand of a step: a slot (value computed earlier or an input) or a literal.
@@ -371,15 +383,31 @@ impl CpuExecutable {
     }
 }
 
-impl Executable for CpuExecutable {
-    fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
-        self.plan.run(inputs).map_err(|e| match e {
+impl CpuExecutable {
+    fn error(&self, e: CodegenError) -> Error {
+        match e {
             CodegenError::Runtime { source, .. } => Error::Runtime(source),
             other => Error::Compile {
                 function: self.plan.name().to_string(),
                 reason: other.to_string(),
             },
-        })
+        }
+    }
+}
+
+impl Executable for CpuExecutable {
+    fn run(&self, inputs: &[&CpuTensor]) -> Result<Vec<CpuTensor>> {
+        self.plan.run(inputs).map_err(|e| self.error(e))
+    }
+
+    fn run_donating(
+        &self,
+        inputs: &[&CpuTensor],
+        donate: &[(usize, usize)],
+    ) -> Result<(Vec<CpuTensor>, Vec<bool>)> {
+        self.plan
+            .run_donating(inputs, donate)
+            .map_err(|e| self.error(e))
     }
 }
 
@@ -475,5 +503,60 @@ impl Executable for CudaExecutable {
                 reason: other.to_string(),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu(text: &str) -> CpuExecutable {
+        let g = kiln_ir::parse_graph(text).expect("parses");
+        CpuExecutable::new(&g, &CompileOptions::default()).expect("compiles")
+    }
+
+    /// An update computed into its input's memory: no copy back, the version bumped, and
+    /// the values those of the plain run.
+    #[test]
+    fn a_pointwise_update_is_computed_into_the_donated_input() {
+        let exe = cpu(
+            "graph @g(%p0: f32[1000], %p1: f32[1000]) -> (f32[], f32[1000]) {\n  \
+             %0 = sum %p1 {dims = [], keepdim = false} : f32[]\n  \
+             %1 = mul %p0, 2.0 : f32[1000]\n  \
+             %2 = add %1, %p1 : f32[1000]\n  \
+             return %0, %2\n}\n",
+        );
+        let p0 = CpuTensor::from_slice(&(0..1000).map(|i| i as f32).collect::<Vec<_>>(), &[1000])
+            .unwrap();
+        let p1 = CpuTensor::from_slice(&vec![0.5f32; 1000], &[1000]).unwrap();
+        let plain = exe.run(&[&p0, &p1]).unwrap();
+        let v = p0.storage().version();
+        let (outs, donated) = exe.run_donating(&[&p0, &p1], &[(0, 1)]).unwrap();
+        assert_eq!(donated, vec![true]);
+        assert!(
+            outs[1].shares_storage(&p0),
+            "the new value lives in the input"
+        );
+        assert_eq!(p0.to_f64_vec(), plain[1].to_f64_vec());
+        assert_eq!(outs[0].to_f64_vec(), plain[0].to_f64_vec());
+        assert!(p0.storage().version() > v, "the version is bumped");
+    }
+
+    /// An input another kernel reads after the update (here a reduction the update does
+    /// not feed) keeps its memory: the pair is not donated and the input is unchanged.
+    #[test]
+    fn an_input_read_elsewhere_is_not_donated() {
+        let exe = cpu(
+            "graph @g(%p0: f32[8,1000]) -> (f32[8,1000], f32[1000]) {\n  \
+             %0 = mul %p0, 2.0 : f32[8,1000]\n  \
+             %1 = sum %p0 {dims = [0], keepdim = false} : f32[1000]\n  \
+             return %0, %1\n}\n",
+        );
+        let p0 = CpuTensor::from_slice(&vec![1.5f32; 8000], &[8, 1000]).unwrap();
+        let (outs, donated) = exe.run_donating(&[&p0], &[(0, 0)]).unwrap();
+        assert_eq!(donated, vec![false]);
+        assert!(!outs[0].shares_storage(&p0));
+        assert!(p0.to_f64_vec().iter().all(|&x| x == 1.5));
+        assert!(outs[1].to_f64_vec().iter().all(|&x| x == 12.0));
     }
 }

@@ -726,15 +726,20 @@ fn run_whole<O: TensorOutputs>(
         check(flat[*i].real()?)?;
     }
     let inputs: Vec<Tensor> = flat.iter().chain(&params).cloned().collect();
-    let mut outs = match training {
-        Some(t) => t.run(&inputs)?,
+    let (mut outs, donated) = match training {
+        Some(t) => (t.run(&inputs)?, vec![false; effects.writes.len()]),
         None => {
             let refs: Vec<&CpuTensor> = inputs.iter().map(|t| t.real()).collect::<Result<_>>()?;
-            exe.run(&refs)?.into_iter().map(Tensor::from_cpu).collect()
+            // updates computed into their tensors' memory where the backend can: no
+            // buffer for the new value, no copy back
+            let (outs, donated) = exe.run_donating(&refs, &effects.writes)?;
+            (outs.into_iter().map(Tensor::from_cpu).collect(), donated)
         }
     };
-    for &(input, output) in &effects.writes {
-        write_back(inputs[input].real()?, outs[output].real()?)?;
+    for (&(input, output), done) in effects.writes.iter().zip(donated) {
+        if !done {
+            write_back(inputs[input].real()?, outs[output].real()?)?;
+        }
     }
     for (leaf, output) in &effects.set_grads {
         if let Some(m) = &leaf.grad_meta {
