@@ -4,26 +4,15 @@
 //! steps exactly (per-step loss within 1e-4 for 100 steps) and the next call, compiled or
 //! eager, sees the state.
 
+mod training_common;
 use kiln::nn::functional::{cross_entropy, mse_loss, CrossEntropyOptions, Reduction};
 use kiln::nn::{Linear, Module};
 use kiln::optim::{AdamW, Optimizer, Sgd};
-use kiln::{compile, compile_with, Backend, CompileOptions, DType, Tensor};
+use kiln::{compile, compile_with, CompileOptions, DType, Tensor};
 use std::sync::Mutex;
+use training_common::{option_sets, values};
 
 type MakeOpt = dyn Fn(Vec<Tensor>) -> Box<dyn Optimizer + Send>;
-
-fn option_sets() -> Vec<(&'static str, CompileOptions)> {
-    vec![
-        ("cpu fused", CompileOptions::default()),
-        ("cpu unfused", CompileOptions::default().fusion(false)),
-        ("eager", CompileOptions::default().backend(Backend::Eager)),
-        ("interp", CompileOptions::default().backend(Backend::Interp)),
-    ]
-}
-
-fn values(t: &Tensor) -> Vec<f64> {
-    t.as_cpu().expect("a real tensor").to_f64_vec()
-}
 
 /// What a run of `steps` steps leaves: the loss per step and the final parameters.
 struct Run {
@@ -38,23 +27,46 @@ fn batch(i: usize) -> [Tensor; 2] {
     [x, y]
 }
 
-/// Trains an MLP for `steps` steps, the whole step (zero_grad, forward, loss, backward,
-/// optimiser step) compiled under `opts`, or eager.
-fn train(steps: usize, make_opt: &MakeOpt, opts: Option<CompileOptions>) -> Run {
-    let l1 = Linear::init(8, 16, true, 42).unwrap();
-    let l2 = Linear::init(16, 4, true, 43).unwrap();
-    let mut params = l1.parameters();
-    params.extend(l2.parameters());
-    let opt = Mutex::new(make_opt(params.clone()));
-    let step = |xs: &[Tensor]| -> kiln::Result<Tensor> {
-        let mut opt = opt.lock().unwrap();
+/// The regression MLP (8-16-4, relu) with its optimiser.
+struct Mlp {
+    l1: Linear,
+    l2: Linear,
+    params: Vec<Tensor>,
+    opt: Mutex<Box<dyn Optimizer + Send>>,
+}
+
+impl Mlp {
+    fn new(make_opt: &MakeOpt) -> Mlp {
+        let l1 = Linear::init(8, 16, true, 42).unwrap();
+        let l2 = Linear::init(16, 4, true, 43).unwrap();
+        let mut params = l1.parameters();
+        params.extend(l2.parameters());
+        let opt = Mutex::new(make_opt(params.clone()));
+        Mlp {
+            l1,
+            l2,
+            params,
+            opt,
+        }
+    }
+
+    /// One whole training step: zero_grad, forward, loss, backward, the optimiser's step.
+    fn step(&self, xs: &[Tensor]) -> kiln::Result<Tensor> {
+        let mut opt = self.opt.lock().unwrap();
         opt.zero_grad();
-        let out = Module::forward(&l2, &Module::forward(&l1, &xs[0])?.relu()?)?;
+        let out = Module::forward(&self.l2, &Module::forward(&self.l1, &xs[0])?.relu()?)?;
         let loss = mse_loss(&out, &xs[1], Reduction::Mean)?;
         loss.backward()?;
         opt.step()?;
         Ok(loss)
-    };
+    }
+}
+
+/// Trains an MLP for `steps` steps, the whole step (zero_grad, forward, loss, backward,
+/// optimiser step) compiled under `opts`, or eager.
+fn train(steps: usize, make_opt: &MakeOpt, opts: Option<CompileOptions>) -> Run {
+    let mlp = Mlp::new(make_opt);
+    let step = |xs: &[Tensor]| mlp.step(xs);
     let mut losses = Vec::new();
     match opts {
         Some(opts) => {
@@ -78,7 +90,7 @@ fn train(steps: usize, make_opt: &MakeOpt, opts: Option<CompileOptions>) -> Run 
             }
         }
     }
-    let params = params.iter().map(values).collect();
+    let params = mlp.params.iter().map(values).collect();
     Run { losses, params }
 }
 
@@ -176,20 +188,9 @@ fn compiled_and_eager_steps_interleave_on_the_same_state() {
     let make =
         |p: Vec<Tensor>| -> Box<dyn Optimizer + Send> { Box::new(AdamW::new(p, 1e-2).unwrap()) };
     let eager = train(30, &make, None);
-    let l1 = Linear::init(8, 16, true, 42).unwrap();
-    let l2 = Linear::init(16, 4, true, 43).unwrap();
-    let mut params = l1.parameters();
-    params.extend(l2.parameters());
-    let opt = Mutex::new(make(params.clone()));
-    let step = |xs: &[Tensor]| -> kiln::Result<Tensor> {
-        let mut opt = opt.lock().unwrap();
-        opt.zero_grad();
-        let out = Module::forward(&l2, &Module::forward(&l1, &xs[0])?.relu()?)?;
-        let loss = mse_loss(&out, &xs[1], Reduction::Mean)?;
-        loss.backward()?;
-        opt.step()?;
-        Ok(loss)
-    };
+    let mlp = Mlp::new(&make);
+    let params = mlp.params.clone();
+    let step = |xs: &[Tensor]| mlp.step(xs);
     let f = compile(step);
     let mut losses = Vec::new();
     for i in 0..30 {

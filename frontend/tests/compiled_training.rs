@@ -3,26 +3,14 @@
 //! on every backend, fused and unfused, with symbolic batch sizes and non-contiguous
 //! inputs; guards on grad mode and `requires_grad` recompile exactly when they must.
 
+mod training_common;
 use kiln::autograd::no_grad;
 use kiln::models::{self, Model};
 use kiln::nn::functional::{mse_loss, Reduction};
 use kiln::nn::{Linear, Module};
 use kiln::optim::{AdamW, Optimizer, Sgd};
-use kiln::{compile, compile_with, Backend, CompileOptions, DType, Dynamic, Tensor};
-
-/// The backends and fusion settings every comparison runs on.
-fn option_sets() -> Vec<(&'static str, CompileOptions)> {
-    vec![
-        ("cpu fused", CompileOptions::default()),
-        ("cpu unfused", CompileOptions::default().fusion(false)),
-        ("eager", CompileOptions::default().backend(Backend::Eager)),
-        ("interp", CompileOptions::default().backend(Backend::Interp)),
-    ]
-}
-
-fn values(t: &Tensor) -> Vec<f64> {
-    t.as_cpu().expect("a real tensor").to_f64_vec()
-}
+use kiln::{compile, compile_with, CompileOptions, DType, Dynamic, Tensor};
+use training_common::{option_sets, values};
 
 /// Norm-wise closeness: `|a - b|∞ ≤ tol · max(1, |b|∞)`.
 fn assert_close(what: &str, a: &Tensor, b: &Tensor, tol: f64) {

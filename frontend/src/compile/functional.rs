@@ -10,7 +10,7 @@
 //! of a tensor some other live view aliases.
 
 use super::lazy::LazyValue;
-use super::tracer::{graph_error, loc_string, InputKey, TraceState, TracedEffects, Tracer};
+use super::tracer::{graph_error, loc_string, TraceState, TracedEffects, Tracer};
 use crate::error::{Error, Result};
 use crate::tensor::Repr;
 use crate::{Operand, Tensor};
@@ -112,21 +112,6 @@ impl Tracer {
             let w = &st.inputs[*i];
             storage_of(w) == Some(s) && self.key_of(st, w) != key
         })
-    }
-
-    /// The input key `t` would be lifted under (`None` for a value of the segment).
-    fn key_of(&self, st: &TraceState, t: &Tensor) -> Option<InputKey> {
-        match &t.repr {
-            Repr::Lazy(v) if v.tracer.ptr_eq(&self.me) && v.segment == st.segment => None,
-            Repr::Lazy(v) => Some(InputKey::Lazy(Arc::as_ptr(v) as usize)),
-            Repr::Cuda(_) => None,
-            Repr::Real(r) => Some(InputKey::Real {
-                storage: Arc::as_ptr(r.storage()) as usize,
-                offset: r.offset(),
-                shape: r.shape().to_vec(),
-                strides: r.strides().to_vec(),
-            }),
-        }
     }
 
     /// True when a live value of the segment is a view whose data comes from `dst`'s.

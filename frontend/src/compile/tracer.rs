@@ -281,6 +281,21 @@ impl Tracer {
         Ok(Tensor::lazy(v))
     }
 
+    /// The input key `t` would be lifted under (`None` for a value of the segment).
+    pub(super) fn key_of(&self, st: &TraceState, t: &Tensor) -> Option<InputKey> {
+        match &t.repr {
+            Repr::Lazy(v) if v.tracer.ptr_eq(&self.me) && v.segment == st.segment => None,
+            Repr::Lazy(v) => Some(InputKey::Lazy(Arc::as_ptr(v) as usize)),
+            Repr::Cuda(_) => None,
+            Repr::Real(r) => Some(InputKey::Real {
+                storage: Arc::as_ptr(r.storage()) as usize,
+                offset: r.offset(),
+                shape: r.shape().to_vec(),
+                strides: r.strides().to_vec(),
+            }),
+        }
+    }
+
     /// The node standing for `t` in the current segment, lifting it as an input if it
     /// is not a value of the segment.
     pub(super) fn node_for(&self, st: &mut TraceState, t: &Tensor) -> Result<NodeId> {
@@ -288,16 +303,12 @@ impl Tracer {
             Repr::Lazy(v) if v.tracer.ptr_eq(&self.me) && v.segment == st.segment => {
                 return Ok(st.effects.current_node(v))
             }
-            Repr::Lazy(v) => InputKey::Lazy(Arc::as_ptr(v) as usize),
             Repr::Cuda(_) => {
                 return Err(crate::error::invalid("compile", t.shape(), CUDA_ARGUMENTS))
             }
-            Repr::Real(r) => InputKey::Real {
-                storage: Arc::as_ptr(r.storage()) as usize,
-                offset: r.offset(),
-                shape: r.shape().to_vec(),
-                strides: r.strides().to_vec(),
-            },
+            _ => self
+                .key_of(st, t)
+                .expect("a real tensor or an earlier segment's value has a key"),
         };
         if let Some(n) = st.input_keys.get(&key) {
             return Ok(*n);
