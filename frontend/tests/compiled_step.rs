@@ -482,7 +482,8 @@ fn every_in_place_op_inside_a_compiled_function_equals_eager() {
         ("fill_ scalar", |d, _| d.fill_(-1.5)),
     ];
     // (destination shape, transposed destination, source shape, source dtype, transposed source)
-    let cases: [(&[usize], bool, &[usize], DType, bool); 5] = [
+    type Case = (&'static [usize], bool, &'static [usize], DType, bool);
+    let cases: [Case; 5] = [
         (&[3, 5], false, &[3, 5], DType::F32, false),
         (&[3, 5], false, &[5], DType::F64, false),
         (&[5, 3], true, &[5, 3], DType::F32, true),
