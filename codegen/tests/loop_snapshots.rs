@@ -116,6 +116,35 @@ fn tiny_workload_loops() {
 }
 
 #[test]
+fn row_backward_loops() {
+    insta::assert_snapshot!(loop_nests("row_backward"));
+}
+
+/// A row kernel whose reduced tensor is not read by its epilogue (softmax's and layer
+/// norm's backward) loops over the row once: the nest has as many dims as the values, and
+/// the reduced dim is the outputs' last dim. Before, the reduced dim was a loop of its own
+/// inside the row's, recomputing the row's sum for every element (quadratic).
+#[test]
+fn row_reduction_read_by_no_epilogue_is_one_row_loop() {
+    for g in corpus_file("row_backward") {
+        let s = scheduled(&g);
+        assert_eq!(s.kernels.len(), 1, "@{}: one kernel", g.name());
+        let k = &s.kernels[0];
+        assert_eq!(k.kind.name(), "row", "@{}", g.name());
+        let nest = lower_kernel(&k.body).unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
+        let rank = g.node(g.outputs()[0]).ty.shape.rank();
+        assert_eq!(nest.dims.len(), rank, "@{}: {nest}", g.name());
+        let out = nest.buffers.last().expect("an output buffer");
+        assert_eq!(
+            out.index.last(),
+            Some(&Some(rank - 1)),
+            "@{}: {nest}",
+            g.name()
+        );
+    }
+}
+
+#[test]
 fn mlp_workload_kernels() {
     insta::assert_snapshot!(described("mlp_workload"));
 }

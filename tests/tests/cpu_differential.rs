@@ -2437,9 +2437,32 @@ fn reduction_chains(fusion: bool) {
             .into_iter()
             .map(|(w, v)| {
                 let wt = normal(&[n], seed + 1).mul(0.5).unwrap().add(1.0).unwrap();
-                (w, vec![v[0].clone(), wt, normal(&[n], seed + 2)])
+                (
+                    w,
+                    vec![
+                        v[0].clone(),
+                        wt,
+                        normal(&[n], seed + 2),
+                        normal(shape, seed + 3),
+                    ],
+                )
             })
             .collect();
+        // softmax's and layer norm's backward: the row's reduction reads one tensor, the
+        // epilogue others (one row loop, not the sum recomputed per element)
+        check(
+            &mut r,
+            &format!("a row reduced in one tensor, the epilogue over another {shape:?}"),
+            |x: &[Tensor]| {
+                let s = x[0].sum(&[-1], true)?;
+                let softmax_like = x[3].sub(&s)?.mul(&x[1])?.mul(0.125)?;
+                let m = x[0].mul(&x[1])?.mean(&[-1], true)?;
+                let layer_norm_like = x[3].sub(&m)?.mul(&x[2])?.add(&x[3])?;
+                Ok(vec![softmax_like, layer_norm_like])
+            },
+            Tol::Reduce,
+            &xs,
+        );
         check(
             &mut r,
             &format!("softmax by hand {shape:?}"),

@@ -120,6 +120,7 @@ impl<'g> Lowering<'g> {
     fn run(mut self) -> Result<LoopNest, Unsupported> {
         self.check_types()?;
         self.unify()?;
+        self.merge_row_dims();
         let (dims, loop_of_class) = self.loop_dims()?;
         let loop_of = |this: &mut Self, id: NodeId, d: usize| {
             let c = this.classes.find(this.var(id, d));
@@ -444,6 +445,55 @@ impl<'g> Lowering<'g> {
             }
         }
         Ok(())
+    }
+
+    /// Makes a row kernel's reduced dim the loop dim of its outputs' last dim. Unification
+    /// joins the reduced dim with the last dim of every value that feeds the reduction, and
+    /// the outputs' last dim with every value of the epilogue, but nothing joins the two when
+    /// no value is both reduced and read by the epilogue (softmax's backward
+    /// `y * (g - sum(g * y))` reads `g` on both sides; layer norm's backward reduces one
+    /// tensor and scales another). Left apart they are two loop dims of the same size, and
+    /// the reduction is recomputed for every element of the row: quadratic work. A reduction
+    /// over the last dim, with keepdim, whose input indexes its other dims with the same
+    /// loops as an output of the same rank and the same last size, is one row: its reduced
+    /// dim and that output's last dim are one loop.
+    fn merge_row_dims(&mut self) {
+        let Some(&out) = self.g.outputs().first() else {
+            return;
+        };
+        let out_dims = self.dims(out).to_vec();
+        let rank = out_dims.len();
+        let ids: Vec<NodeId> = self.g.nodes().map(|(id, _)| id).collect();
+        for id in ids {
+            let node = self.g.node(id);
+            let Op::Reduce { dims, keepdim, .. } = &node.op else {
+                continue;
+            };
+            if !*keepdim || self.identity.contains(&id) {
+                continue;
+            }
+            let Arg::Value(x) = node.args[0] else {
+                continue;
+            };
+            let x_dims = self.dims(x).to_vec();
+            let folds_last = match dims.as_slice() {
+                [d] => {
+                    kiln_ir::shape::normalize_dim(*d, x_dims.len()) == Some(rank.wrapping_sub(1))
+                }
+                _ => false,
+            };
+            if !folds_last || x_dims.len() != rank || x_dims[rank - 1] != out_dims[rank - 1] {
+                continue;
+            }
+            let same_rows = (0..rank - 1).all(|d| {
+                (x_dims[d].is_one() && out_dims[d].is_one())
+                    || self.classes.find(self.var(x, d)) == self.classes.find(self.var(out, d))
+            });
+            if same_rows {
+                let last = self.var(out, rank - 1);
+                self.classes.union(last, self.reduced_var);
+            }
+        }
     }
 
     /// Unifies operand `v`'s dims with result `r`'s, right-aligned, except broadcast 1s.
