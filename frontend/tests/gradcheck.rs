@@ -268,10 +268,14 @@ fn cases() -> Vec<(&'static str, Vec<In>)> {
         ("matmul", vec![f(&[5]), t(&[2, 5, 3])]),
         ("matmul", vec![t(&[3, 5]), f(&[5])]),
         ("matmul", vec![f(&[1]), f(&[1])]),
+        // a batch times a matrix: the weight's gradient is one product over all rows
+        ("matmul", vec![t(&[2, 3, 5]), f(&[5, 4])]),
+        ("matmul", vec![f(&[2, 1, 3, 5]), t(&[5, 4])]),
         ("softmax {dim = 0}", vec![t(&[3, 5])]),
         ("log_softmax {dim = -1}", vec![f(&[1, 5])]),
         ("linear", vec![t(&[3, 5]), f(&[2, 5]), f(&[2])]),
         ("linear", vec![f(&[5]), t(&[1, 5])]),
+        ("linear", vec![t(&[2, 3, 5]), f(&[4, 5]), f(&[4])]),
         ("var {dims = [1], correction = 1}", vec![t(&[3, 5])]),
         ("var {dims = [], correction = 0}", vec![f(&[1, 5])]),
         (
