@@ -36,6 +36,15 @@ struct Donation {
     input: usize,
     /// the output's node
     output: NodeId,
+    /// the step that computes the output into the input's memory
+    step: usize,
+}
+
+/// The locks a run holds on its inputs: shared ones, and the exclusive locks of donated
+/// inputs taken as their writing steps start.
+struct Locks<'a> {
+    reads: Vec<Option<kiln_runtime::ReadLock<'a>>>,
+    writes: SmallVec<[kiln_runtime::WriteLock<'a>; 4]>,
 }
 
 /// The pairs a caller asked to donate, and the donations they allow.
@@ -311,9 +320,10 @@ impl CpuPlan {
     /// input's own memory, so that a graph that updates its inputs (a training step) needs
     /// neither a buffer for the new value nor a copy back. A pair qualifies when the output
     /// is made by a pointwise generated kernel that reads the input itself (same type, so
-    /// element `i` is read and written at the same index), and no other kernel, before or
-    /// after, reads the input or a view of it, nor does the graph return it; each input at
-    /// most once. Static: the same for every call.
+    /// element `i` is read and written at the same index), that kernel reads no view of it,
+    /// no later kernel reads the input or a view of it (earlier ones may: they have run),
+    /// and the graph does not return it; each input at most once. Static: the same for
+    /// every call.
     fn donations(&self, donate: &[(usize, usize)]) -> Vec<Donation> {
         let g = &self.graph;
         let mut out: Vec<Donation> = Vec::new();
@@ -345,7 +355,9 @@ impl CpuPlan {
                     aliases[id.index()] = true;
                 }
             }
-            let read_elsewhere = self.steps.iter().enumerate().any(|(t, st)| {
+            // kernels before the update may read the input (the forward and backward read
+            // the parameter a training step then updates): they have finished when it runs
+            let read_elsewhere = self.steps.iter().enumerate().skip(si).any(|(t, st)| {
                 st.inputs
                     .iter()
                     .any(|v| aliases[v.index()] && (t != si || *v != i))
@@ -357,6 +369,7 @@ impl CpuPlan {
                 pair,
                 input,
                 output: o,
+                step: si,
             });
         }
         out
@@ -408,24 +421,18 @@ impl CpuPlan {
                     .enumerate()
                     .all(|(k, u)| k == d.input || !u.shares_storage(t))
         });
-        let donated_input = |k: usize| chosen.iter().any(|d| d.input == k);
-        // donated inputs under the exclusive lock (no other kernel of the plan reads them),
-        // the others shared
-        let _reads: SmallVec<[_; 8]> = inputs
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| !donated_input(*k))
-            .map(|(_, t)| t.read_lock())
-            .collect();
-        let _writes: SmallVec<[_; 4]> = chosen
-            .iter()
-            .map(|d| inputs[d.input].write_lock())
-            .collect();
+        // every input under a shared lock; a donated one's is traded for the exclusive lock
+        // when the step that writes into it starts (the kernels before it may read it)
+        let mut locks = Locks {
+            reads: inputs.iter().map(|t| Some(t.read_lock())).collect(),
+            writes: SmallVec::new(),
+        };
         let mut scratch = self.scratch.lock().pop().unwrap_or_else(|| Scratch {
             arena: vec![None; self.arena_size],
             vals: vec![None; self.slots],
         });
-        let result = self.run_steps(inputs, &bound, &mut scratch, &chosen);
+        let result = self.run_steps(inputs, &bound, &mut scratch, &chosen, &mut locks);
+        drop(locks);
         scratch.vals.iter_mut().for_each(|v| *v = None);
         self.scratch.lock().push(scratch);
         let mut flags = vec![false; donate.len()];
@@ -435,18 +442,23 @@ impl CpuPlan {
         result.map(|outs| (outs, flags))
     }
 
-    fn run_steps(
+    fn run_steps<'t>(
         &self,
-        inputs: &[&CpuTensor],
+        inputs: &[&'t CpuTensor],
         bound: &Bindings,
         scratch: &mut Scratch,
         donated: &[Donation],
+        locks: &mut Locks<'t>,
     ) -> Result<Vec<CpuTensor>, CodegenError> {
         let Scratch { arena, vals } = scratch;
         for (id, t) in self.inputs.iter().zip(inputs) {
             vals[id.index()] = Some((*t).clone());
         }
-        for step in &self.steps {
+        for (index, step) in self.steps.iter().enumerate() {
+            for d in donated.iter().filter(|d| d.step == index) {
+                locks.reads[d.input] = None;
+                locks.writes.push(inputs[d.input].write_lock());
+            }
             for v in &step.inputs {
                 self.ensure(*v, vals, bound)?;
             }

@@ -542,6 +542,37 @@ mod tests {
         assert!(p0.storage().version() > v, "the version is bumped");
     }
 
+    /// A parameter read by kernels before its update (the forward's matmul reads the
+    /// weight a training step then updates) is still donated: those kernels have run when
+    /// the update writes into its memory. Values equal the plain run's.
+    #[test]
+    fn an_input_read_only_before_its_update_is_donated() {
+        let exe = cpu(
+            "graph @g(%x: f32[3,8], %p0: f32[8,5]) -> (f32[3,5], f32[8,5]) {\n  \
+             %0 = matmul %x, %p0 : f32[3,5]\n  \
+             %1 = sum %0 {dims = [], keepdim = false} : f32[]\n  \
+             %2 = mul %p0, %1 : f32[8,5]\n  \
+             %3 = sub %p0, %2 : f32[8,5]\n  \
+             return %0, %3\n}\n",
+        );
+        let x = CpuTensor::from_slice(
+            &(0..24).map(|i| i as f32 * 0.1).collect::<Vec<_>>(),
+            &[3, 8],
+        )
+        .unwrap();
+        let p0 = CpuTensor::from_slice(
+            &(0..40).map(|i| 1.0 - i as f32 * 0.05).collect::<Vec<_>>(),
+            &[8, 5],
+        )
+        .unwrap();
+        let plain = exe.run(&[&x, &p0]).unwrap();
+        let (outs, donated) = exe.run_donating(&[&x, &p0], &[(1, 1)]).unwrap();
+        assert_eq!(donated, vec![true]);
+        assert!(outs[1].shares_storage(&p0));
+        assert_eq!(p0.to_f64_vec(), plain[1].to_f64_vec());
+        assert_eq!(outs[0].to_f64_vec(), plain[0].to_f64_vec());
+    }
+
     /// An input another kernel reads after the update (here a reduction the update does
     /// not feed) keeps its memory: the pair is not donated and the input is unchanged.
     #[test]
