@@ -11,11 +11,12 @@
 //! first-operand walk leaves the max alone in a reduction kernel. The pipeline's `fuse`
 //! pass keeps the cheapest of the e-graph's extraction and both walks.
 
+use crate::egraph::fusion::MAX_GROUP_INPUTS;
 use crate::egraph::fusion::{kind_of, merged_kind};
 use crate::egraph::lang::GroupBody;
 use crate::fused::{Fused, GroupKind, KernelTag};
 use kiln_ir::{Arg, Graph, NodeId, Op, TensorType};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 struct Group {
     body: GroupBody,
@@ -28,6 +29,92 @@ fn singleton(kind: GroupKind, ty: &TensorType, space: &TensorType) -> GroupBody 
         graph: Graph::new("greedy"),
         ty: ty.clone(),
         space: space.clone(),
+    }
+}
+
+/// Moves each pointwise kernel that reads only graph inputs (or values made from them
+/// without a kernel: views, constants) and whose results are all read by one other kernel
+/// into that kernel, when the loop nests allow it and the kernel then reads at most
+/// [`MAX_GROUP_INPUTS`] values. The walk starts a kernel at the first op on an input
+/// (`p * (1 - lr·wd)` in an optimiser step) and, when the op consuming it joins a later
+/// kernel, leaves it alone: one more launch, its result written and read back, and the
+/// consumer reading the copy instead of the input (which then cannot be updated in place).
+fn absorb_input_producers(g: &Graph, group_of: &mut HashMap<NodeId, usize>, groups: &mut [Group]) {
+    let mut members: Vec<Vec<NodeId>> = vec![Vec::new(); groups.len()];
+    let mut ids: Vec<(&NodeId, &usize)> = group_of.iter().collect();
+    ids.sort();
+    for (id, &gid) in ids {
+        members[gid].push(*id);
+    }
+    // values computed by a kernel, directly or through views
+    let mut from_kernel: HashSet<NodeId> = HashSet::new();
+    let mut users: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+    for (id, n) in g.nodes() {
+        let mut derived = group_of.contains_key(&id);
+        for a in &n.args {
+            if let Arg::Value(v) = a {
+                users.entry(*v).or_default().push(id);
+                derived |= from_kernel.contains(v);
+            }
+        }
+        if derived {
+            from_kernel.insert(id);
+        }
+    }
+    let outputs: HashSet<NodeId> = g.outputs().iter().copied().collect();
+    for a in 0..groups.len() {
+        if groups[a].body.kind != GroupKind::Pointwise || members[a].is_empty() {
+            continue;
+        }
+        let mine: HashSet<NodeId> = members[a].iter().copied().collect();
+        let reads_inputs_only = members[a].iter().all(|m| {
+            g.node(*m).args.iter().all(|x| match x {
+                Arg::Value(v) => mine.contains(v) || !from_kernel.contains(v),
+                Arg::Scalar(_) => true,
+            })
+        });
+        if !reads_inputs_only || members[a].iter().any(|m| outputs.contains(m)) {
+            continue;
+        }
+        let mut consumer: Option<usize> = None;
+        let mut one_consumer = true;
+        for m in &members[a] {
+            for u in users.get(m).into_iter().flatten() {
+                match group_of.get(u) {
+                    Some(&gid) if gid == a => {}
+                    Some(&gid) if consumer.is_none_or(|c| c == gid) => consumer = Some(gid),
+                    _ => one_consumer = false,
+                }
+            }
+        }
+        let Some(b) = consumer.filter(|_| one_consumer) else {
+            continue;
+        };
+        if groups[b].body.kind == GroupKind::Copy {
+            continue;
+        }
+        let Some((kind, space)) = merged_kind(&groups[a].body, &groups[b].body) else {
+            continue;
+        };
+        let merged: HashSet<NodeId> = members[a].iter().chain(&members[b]).copied().collect();
+        let reads: HashSet<NodeId> = merged
+            .iter()
+            .flat_map(|m| g.node(*m).args.iter())
+            .filter_map(|x| match x {
+                Arg::Value(v) if !merged.contains(v) => Some(*v),
+                _ => None,
+            })
+            .collect();
+        if reads.len() > MAX_GROUP_INPUTS {
+            continue;
+        }
+        let moved = std::mem::take(&mut members[a]);
+        for m in &moved {
+            group_of.insert(*m, b);
+        }
+        members[b].extend(moved);
+        groups[b].body.kind = kind;
+        groups[b].body.space = space;
     }
 }
 
@@ -105,6 +192,7 @@ fn greedy_walk(g: &Graph, any_operand: bool) -> Fused {
         };
         group_of.insert(*id, gid);
     }
+    absorb_input_producers(g, &mut group_of, &mut groups);
     let tags = group_of.into_iter().map(|(id, gid)| {
         (
             id,
