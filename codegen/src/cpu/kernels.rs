@@ -194,13 +194,38 @@ impl MatmulKernel {
         self.epilogue.as_ref().map(|e| &e.nest.nest)
     }
 
+    /// Whether output `output` (in the group's output order) can be written into the memory
+    /// of input `input`: the input is read by the epilogue only (not a GEMM operand) at the
+    /// index the output is stored at, so each element is read before it is overwritten. The
+    /// product itself, written by the GEMM before the epilogue runs, never can.
+    pub(crate) fn updates_in_place(&self, input: usize, output: usize) -> bool {
+        let Some(ep) = &self.epilogue else {
+            return false;
+        };
+        if input == self.a || input == self.b || (self.mm_is_output && output == 0) {
+            return false;
+        }
+        let k = output - usize::from(self.mm_is_output);
+        let Some(j) = ep.inputs.iter().position(|i| *i == Some(input)) else {
+            return false;
+        };
+        let bufs = &ep.nest.nest.buffers;
+        match (bufs.get(j), bufs.get(ep.inputs.len() + k)) {
+            (Some(i), Some(o)) => i.index == o.index,
+            _ => false,
+        }
+    }
+
     /// Runs on the group's inputs, writing `outputs` (allocated by the caller, contiguous,
     /// in the group's output order). `scratch` makes a temporary for the product when it is
-    /// not an output itself.
+    /// not an output itself. An output marked in `in_input_memory` lives in an input's
+    /// memory (see [`MatmulKernel::updates_in_place`]): the product is never computed into
+    /// it.
     pub(crate) fn run(
         &self,
         inputs: &[&CpuTensor],
         outputs: &[CpuTensor],
+        in_input_memory: &[bool],
         scratch: &dyn Fn(&[usize]) -> Result<CpuTensor, CodegenError>,
     ) -> Result<Vec<CpuTensor>, CodegenError> {
         let rt = |source| CodegenError::Runtime {
@@ -212,20 +237,22 @@ impl MatmulKernel {
             matmul_into(a, b, &outputs[0], None).map_err(rt)?;
             return Ok(outputs.to_vec());
         };
-        let ep_outputs = if self.mm_is_output {
-            &outputs[1..]
-        } else {
-            outputs
-        };
-        // the product: an output, or computed in place in the (same-shaped) first output
+        let skip = usize::from(self.mm_is_output);
+        let ep_outputs = &outputs[skip..];
+        // the product: an output, or computed in place in a same-shaped output of the
+        // epilogue (row by row, each row read before the epilogue stores it) that does not
+        // live in an input's memory
         let mm_shape = matmul_shape(a.shape(), b.shape());
+        let in_place = ep_outputs.iter().enumerate().find(|(k, o)| {
+            ep.by_rows
+                && o.shape() == mm_shape.as_slice()
+                && o.dtype() == DType::F32
+                && !in_input_memory.get(skip + k).copied().unwrap_or(false)
+        });
         let acc = if self.mm_is_output {
             outputs[0].clone()
-        } else if ep.by_rows
-            && ep_outputs[0].shape() == mm_shape.as_slice()
-            && ep_outputs[0].dtype() == DType::F32
-        {
-            ep_outputs[0].clone()
+        } else if let Some((_, o)) = in_place {
+            o.clone()
         } else {
             scratch(&mm_shape)?
         };

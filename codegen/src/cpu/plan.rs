@@ -341,8 +341,27 @@ impl CpuPlan {
                 continue;
             };
             let step = &self.steps[si];
-            let pointwise = matches!(&step.kernel, CpuKernel::Nest(n) if !n.nest.reduces);
-            if !pointwise || !step.inputs.contains(&i) {
+            let (Some(pi), Some(po)) = (
+                step.inputs.iter().position(|v| *v == i),
+                step.outputs.iter().position(|v| *v == o),
+            ) else {
+                continue;
+            };
+            let in_place = match &step.kernel {
+                // a pointwise nest, or a reduction's epilogue, reading the input at the index
+                // it stores the output at (a row kernel, which may store a row and read it
+                // again in a later phase, is not)
+                CpuKernel::Nest(n) => {
+                    let bufs = &n.nest.buffers;
+                    let reduced = n.nest.dims.len().checked_sub(1).filter(|_| n.nest.reduces);
+                    bufs.len() == step.inputs.len() + step.outputs.len()
+                        && bufs[pi].index == bufs[step.inputs.len() + po].index
+                        && reduced.is_none_or(|r| !bufs[pi].index.contains(&Some(r)))
+                }
+                CpuKernel::Matmul(m) => m.updates_in_place(pi, po),
+                CpuKernel::Eager(_) => false,
+            };
+            if !in_place {
                 continue;
             }
             // the input and every view of it
@@ -528,8 +547,14 @@ impl CpuPlan {
                 }
                 CpuKernel::Matmul(m) => {
                     let mut outs = Vec::new();
+                    let mut in_input_memory = SmallVec::<[bool; 4]>::new();
                     for o in &step.outputs {
-                        outs.push(self.buffer(*o, &shape_of(o)?, arena)?);
+                        let d = donated.iter().find(|d| d.output == *o);
+                        in_input_memory.push(d.is_some());
+                        outs.push(match d {
+                            Some(d) => (*inputs[d.input]).clone(),
+                            None => self.buffer(*o, &shape_of(o)?, arena)?,
+                        });
                     }
                     let scratch = |shape: &[usize]| {
                         // SAFETY: the GEMM writes every element of the product.
@@ -540,7 +565,9 @@ impl CpuPlan {
                             }
                         })
                     };
-                    m.run(&in_refs, &outs, &scratch)?
+                    // (an eager fallback's fresh results are copied into donated memory)
+                    let fresh = m.run(&in_refs, &outs, &in_input_memory, &scratch)?;
+                    into_donated(&step.outputs, fresh, donated, inputs)
                 }
             };
             drop(in_refs);

@@ -573,6 +573,57 @@ mod tests {
         assert_eq!(outs[0].to_f64_vec(), plain[0].to_f64_vec());
     }
 
+    /// Optimiser state updated in a matmul's epilogue (AdamW's first moment from a weight
+    /// gradient): computed into the state's memory, the product kept out of it (in a
+    /// scratch buffer, or in another output of the product's shape), values those of the
+    /// plain run.
+    #[test]
+    fn an_update_in_a_matmul_epilogue_is_donated() {
+        for second_output in [false, true] {
+            let extra = if second_output {
+                "  %4 = mul %0, %0 : f32[8,5]\n  return %3, %4\n}\n"
+            } else {
+                "  return %3\n}\n"
+            };
+            let outs_ty = if second_output {
+                "(f32[8,5], f32[8,5])"
+            } else {
+                "f32[8,5]"
+            };
+            let exe = cpu(&format!(
+                "graph @g(%x: f32[3,8], %gy: f32[3,5], %m: f32[8,5]) -> {outs_ty} {{\n  \
+                 %t = transpose %x {{dim0 = -2, dim1 = -1}} : f32[8,3]\n  \
+                 %0 = matmul %t, %gy : f32[8,5]\n  \
+                 %1 = sub %0, %m : f32[8,5]\n  \
+                 %2 = mul %1, 0.1 : f32[8,5]\n  \
+                 %3 = add %m, %2 : f32[8,5]\n{extra}"
+            ));
+            let x = CpuTensor::from_slice(
+                &(0..24).map(|i| i as f32 * 0.1).collect::<Vec<_>>(),
+                &[3, 8],
+            )
+            .unwrap();
+            let gy = CpuTensor::from_slice(
+                &(0..15).map(|i| 0.5 - i as f32 * 0.07).collect::<Vec<_>>(),
+                &[3, 5],
+            )
+            .unwrap();
+            let m = CpuTensor::from_slice(
+                &(0..40).map(|i| i as f32 * 0.01).collect::<Vec<_>>(),
+                &[8, 5],
+            )
+            .unwrap();
+            let plain = exe.run(&[&x, &gy, &m]).unwrap();
+            let (outs, donated) = exe.run_donating(&[&x, &gy, &m], &[(2, 0)]).unwrap();
+            assert_eq!(donated, vec![true], "second output: {second_output}");
+            assert!(outs[0].shares_storage(&m));
+            assert_eq!(m.to_f64_vec(), plain[0].to_f64_vec());
+            for (a, b) in outs.iter().zip(&plain).skip(1) {
+                assert_eq!(a.to_f64_vec(), b.to_f64_vec());
+            }
+        }
+    }
+
     /// An input another kernel reads after the update (here a reduction the update does
     /// not feed) keeps its memory: the pair is not donated and the input is unchanged.
     #[test]
