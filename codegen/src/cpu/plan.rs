@@ -56,6 +56,44 @@ struct Step {
     kernel: CpuKernel,
     inputs: Vec<NodeId>,
     outputs: Vec<NodeId>,
+    /// values (and their views) no later step reads and the graph does not return: a
+    /// call drops them once this step has run, so a value the eager kernels made, or one
+    /// of another dtype, is not held to the end of the call
+    release: Vec<NodeId>,
+}
+
+/// Fills each step's [`Step::release`]: a value is released after the last step that reads
+/// it or a view of it (a value nothing reads, after the step that makes it), unless it is a
+/// graph input or output or a view of one.
+fn plan_releases(g: &Graph, steps: &mut [Step], slots: usize) {
+    let mut root: Vec<usize> = (0..slots).collect();
+    for (id, n) in g.nodes() {
+        if n.op.is_view() {
+            if let Some(kiln_ir::Arg::Value(b)) = n.args.first() {
+                root[id.index()] = root[b.index()];
+            }
+        }
+    }
+    let mut keep = vec![false; slots];
+    for (_, id) in g.inputs() {
+        keep[root[id.index()]] = true;
+    }
+    for o in g.outputs() {
+        keep[root[o.index()]] = true;
+    }
+    let mut last: Vec<Option<usize>> = vec![None; slots];
+    for (t, st) in steps.iter().enumerate() {
+        for v in st.outputs.iter().chain(&st.inputs) {
+            let r = root[v.index()];
+            last[r] = Some(last[r].map_or(t, |l| l.max(t)));
+        }
+    }
+    for (id, _) in g.nodes() {
+        let r = root[id.index()];
+        if let (false, Some(t)) = (keep[r], last[r]) {
+            steps[t].release.push(id);
+        }
+    }
 }
 
 /// Where a value's memory comes from.
@@ -151,9 +189,11 @@ impl CpuPlan {
                 kernel: kernel_for(&k.body, k.kind, opts),
                 inputs: k.inputs.clone(),
                 outputs: k.outputs.clone(),
+                release: Vec::new(),
             });
         }
         let slots = g.nodes().map(|(id, _)| id.index() + 1).max().unwrap_or(0);
+        plan_releases(g, &mut steps, slots);
         let mut home = vec![Home::Fresh; slots];
         for (r, b) in s.requests.iter().zip(&s.memory.buffer_of) {
             let id = g
@@ -574,6 +614,9 @@ impl CpuPlan {
             for (o, t) in step.outputs.iter().zip(outs) {
                 vals[o.index()] = Some(t);
             }
+            for v in &step.release {
+                vals[v.index()] = None;
+            }
         }
         let mut res = Vec::with_capacity(self.graph.outputs().len());
         for &o in self.graph.outputs() {
@@ -611,4 +654,85 @@ fn into_donated(
             None => t,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::*;
+
+    /// Each value a step makes is released once, after the last step that reads it or a
+    /// view of it; inputs, outputs and views of outputs never are; results are unchanged.
+    #[test]
+    fn values_are_released_after_their_last_reader() {
+        let g = kiln_ir::parse_graph(
+            "graph @g(%x: f32[4,8]) -> (f32[4,8], f32[8,4]) {\n  \
+             %0 = exp %x : f32[4,8]\n  \
+             %1 = mul %0, 2.0 : f32[4,8]\n  \
+             %2 = add %1, %x : f32[4,8]\n  \
+             %3 = transpose %1 {dim0 = 0, dim1 = 1} : f32[8,4]\n  \
+             %4 = neg %3 : f32[8,4]\n  \
+             %5 = sum %4 {dims = [1], keepdim = false} : f32[8]\n  \
+             return %2, %4\n}\n",
+        )
+        .expect("parses");
+        let f = kiln_passes::pipeline::run_passes(&g, &["decompose"], &Default::default(), true)
+            .expect("passes run");
+        let s = kiln_passes::schedule::schedule(&f).expect("schedules");
+        let plan = CpuPlan::new(&s).expect("plans");
+        let pg = &plan.graph;
+        let mut root: Vec<usize> = (0..plan.slots).collect();
+        for (id, n) in pg.nodes() {
+            if n.op.is_view() {
+                if let Some(kiln_ir::Arg::Value(b)) = n.args.first() {
+                    root[id.index()] = root[b.index()];
+                }
+            }
+        }
+        let kept: Vec<usize> = pg
+            .outputs()
+            .iter()
+            .chain(plan.inputs.iter())
+            .map(|v| root[v.index()])
+            .collect();
+        let mut released = vec![0; plan.slots];
+        for (t, st) in plan.steps.iter().enumerate() {
+            for v in &st.release {
+                released[v.index()] += 1;
+                assert!(!kept.contains(&root[v.index()]), "%{} is kept", v.index());
+                let later = plan.steps[t + 1..]
+                    .iter()
+                    .flat_map(|s| &s.inputs)
+                    .any(|u| root[u.index()] == root[v.index()]);
+                assert!(!later, "%{} is read after step {t}", v.index());
+            }
+        }
+        // every value a kernel makes that is not kept goes once (exp's and mul's results,
+        // and the unread sum)
+        let made: Vec<NodeId> = plan.steps.iter().flat_map(|s| s.outputs.clone()).collect();
+        let mut dropped = 0;
+        for v in made {
+            if kept.contains(&root[v.index()]) {
+                assert_eq!(released[v.index()], 0);
+            } else {
+                assert_eq!(released[v.index()], 1, "%{}", v.index());
+                dropped += 1;
+            }
+        }
+        assert!(dropped >= 2, "{dropped} values released");
+        let x = CpuTensor::from_slice(
+            &(0..32).map(|i| i as f32 * 0.1).collect::<Vec<_>>(),
+            &[4, 8],
+        )
+        .expect("a tensor");
+        let outs = plan.run(&[&x]).expect("runs");
+        let xs = x.to_f64_vec();
+        let want2: Vec<f64> = xs
+            .iter()
+            .map(|v| (*v as f32).exp() as f64 * 2.0 + v)
+            .collect();
+        for (a, b) in outs[0].to_f64_vec().iter().zip(&want2) {
+            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+        }
+        assert_eq!(outs[1].shape(), &[8, 4]);
+    }
 }
