@@ -62,10 +62,9 @@ struct Step {
     release: Vec<NodeId>,
 }
 
-/// Fills each step's [`Step::release`]: a value is released after the last step that reads
-/// it or a view of it (a value nothing reads, after the step that makes it), unless it is a
-/// graph input or output or a view of one.
-fn plan_releases(g: &Graph, steps: &mut [Step], slots: usize) {
+/// Per node index: the node whose memory it uses (a view's base, followed through views;
+/// every other node itself).
+fn view_roots(g: &Graph, slots: usize) -> Vec<usize> {
     let mut root: Vec<usize> = (0..slots).collect();
     for (id, n) in g.nodes() {
         if n.op.is_view() {
@@ -74,6 +73,14 @@ fn plan_releases(g: &Graph, steps: &mut [Step], slots: usize) {
             }
         }
     }
+    root
+}
+
+/// Fills each step's [`Step::release`]: a value is released after the last step that reads
+/// it or a view of it (a value nothing reads, after the step that makes it), unless it is a
+/// graph input or output or a view of one.
+fn plan_releases(g: &Graph, steps: &mut [Step], slots: usize) {
+    let root = view_roots(g, slots);
     let mut keep = vec![false; slots];
     for (_, id) in g.inputs() {
         keep[root[id.index()]] = true;
@@ -366,6 +373,7 @@ impl CpuPlan {
     /// every call.
     fn donations(&self, donate: &[(usize, usize)]) -> Vec<Donation> {
         let g = &self.graph;
+        let roots = view_roots(g, self.slots);
         let mut out: Vec<Donation> = Vec::new();
         for (pair, &(input, output)) in donate.iter().enumerate() {
             let (Some(&i), Some(&o)) = (self.inputs.get(input), g.outputs().get(output)) else {
@@ -405,15 +413,7 @@ impl CpuPlan {
                 continue;
             }
             // the input and every view of it
-            let mut aliases = vec![false; self.slots];
-            aliases[i.index()] = true;
-            for (id, n) in g.nodes() {
-                if n.op.is_view()
-                    && matches!(n.args.first(), Some(kiln_ir::Arg::Value(v)) if aliases[v.index()])
-                {
-                    aliases[id.index()] = true;
-                }
-            }
+            let aliases: Vec<bool> = roots.iter().map(|&r| r == i.index()).collect();
             // kernels before the update may read the input (the forward and backward read
             // the parameter a training step then updates): they have finished when it runs
             let read_elsewhere = self.steps.iter().enumerate().skip(si).any(|(t, st)| {
@@ -680,14 +680,7 @@ mod release_tests {
         let s = kiln_passes::schedule::schedule(&f).expect("schedules");
         let plan = CpuPlan::new(&s).expect("plans");
         let pg = &plan.graph;
-        let mut root: Vec<usize> = (0..plan.slots).collect();
-        for (id, n) in pg.nodes() {
-            if n.op.is_view() {
-                if let Some(kiln_ir::Arg::Value(b)) = n.args.first() {
-                    root[id.index()] = root[b.index()];
-                }
-            }
-        }
+        let root = view_roots(pg, plan.slots);
         let kept: Vec<usize> = pg
             .outputs()
             .iter()

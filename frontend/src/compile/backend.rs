@@ -510,6 +510,13 @@ impl Executable for CudaExecutable {
 mod tests {
     use super::*;
 
+    /// `start + i·step` for element `i`, row-major.
+    fn ramp(shape: &[usize], start: f32, step: f32) -> CpuTensor {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| start + i as f32 * step).collect();
+        CpuTensor::from_slice(&v, shape).unwrap()
+    }
+
     fn cpu(text: &str) -> CpuExecutable {
         let g = kiln_ir::parse_graph(text).expect("parses");
         CpuExecutable::new(&g, &CompileOptions::default()).expect("compiles")
@@ -555,16 +562,8 @@ mod tests {
              %3 = sub %p0, %2 : f32[8,5]\n  \
              return %0, %3\n}\n",
         );
-        let x = CpuTensor::from_slice(
-            &(0..24).map(|i| i as f32 * 0.1).collect::<Vec<_>>(),
-            &[3, 8],
-        )
-        .unwrap();
-        let p0 = CpuTensor::from_slice(
-            &(0..40).map(|i| 1.0 - i as f32 * 0.05).collect::<Vec<_>>(),
-            &[8, 5],
-        )
-        .unwrap();
+        let x = ramp(&[3, 8], 0.0, 0.1);
+        let p0 = ramp(&[8, 5], 1.0, -0.05);
         let plain = exe.run(&[&x, &p0]).unwrap();
         let (outs, donated) = exe.run_donating(&[&x, &p0], &[(1, 1)]).unwrap();
         assert_eq!(donated, vec![true]);
@@ -598,21 +597,9 @@ mod tests {
                  %2 = mul %1, 0.1 : f32[8,5]\n  \
                  %3 = add %m, %2 : f32[8,5]\n{extra}"
             ));
-            let x = CpuTensor::from_slice(
-                &(0..24).map(|i| i as f32 * 0.1).collect::<Vec<_>>(),
-                &[3, 8],
-            )
-            .unwrap();
-            let gy = CpuTensor::from_slice(
-                &(0..15).map(|i| 0.5 - i as f32 * 0.07).collect::<Vec<_>>(),
-                &[3, 5],
-            )
-            .unwrap();
-            let m = CpuTensor::from_slice(
-                &(0..40).map(|i| i as f32 * 0.01).collect::<Vec<_>>(),
-                &[8, 5],
-            )
-            .unwrap();
+            let x = ramp(&[3, 8], 0.0, 0.1);
+            let gy = ramp(&[3, 5], 0.5, -0.07);
+            let m = ramp(&[8, 5], 0.0, 0.01);
             let plain = exe.run(&[&x, &gy, &m]).unwrap();
             let (outs, donated) = exe.run_donating(&[&x, &gy, &m], &[(2, 0)]).unwrap();
             assert_eq!(donated, vec![true], "second output: {second_output}");

@@ -78,18 +78,7 @@ pub fn linear(o: &mut Ops<'_>, c: &GradCall<'_>) -> Out {
     } else {
         // over a batch of rows, one product of all rows (`g` as [N, out], `x` as
         // [N, in]) rather than a batched product summed afterwards
-        let flat = if super::structural::lead_is_constant(&xt) {
-            (
-                super::structural::rows_flattened(o, g)?,
-                super::structural::rows_flattened(o, x)?,
-            )
-        } else {
-            (None, None)
-        };
-        let (g2, x2) = match flat {
-            (Some(g2), Some(x2)) => (g2, x2),
-            _ => (g, x),
-        };
+        let (x2, g2) = super::structural::rows_flattened(o, x, g)?.unwrap_or((x, g));
         let gtr = o.apply(Op::Transpose { dim0: -2, dim1: -1 }, &[g2.into()])?;
         o.apply(Op::Matmul, &[gtr.into(), x2.into()])?
     };

@@ -260,13 +260,13 @@ pub fn matmul_rule(o: &mut Ops<'_>, c: &GradCall<'_>) -> Out {
             // a matrix applied to a batch (`x @ W`): `Σ_batch aᵢᵀ gᵢ` is one product over
             // all rows, `a` as [N, k] and `g` as [N, n], not a batched product summed
             // afterwards (which writes the batch of partial products and reads them again)
-            let flat = if rb == 2 && ra > 2 && lead_is_constant(&at) {
-                Some((rows_flattened(o, a)?, rows_flattened(o, g)?))
+            let flat = if rb == 2 && ra > 2 {
+                rows_flattened(o, a, g)?
             } else {
                 None
             };
             let db = match flat {
-                Some((Some(a2), Some(g2))) => {
+                Some((a2, g2)) => {
                     let a2t = t(o, a2)?;
                     matmul(o, a2t, g2)?
                 }
@@ -281,30 +281,25 @@ pub fn matmul_rule(o: &mut Ops<'_>, c: &GradCall<'_>) -> Out {
     Ok(vec![Some(o.sum_to(da, &at)?), Some(o.sum_to(db, &bt)?)])
 }
 
-/// Every dim of `t` but the last is a constant, and there are at least two of them.
-pub(crate) fn lead_is_constant(t: &TensorType) -> bool {
-    let dims = t.shape.dims();
-    dims.len() >= 3
-        && dims[..dims.len() - 1]
-            .iter()
-            .all(|d| d.as_const().is_some())
-}
-
-/// `x` (rank ≥ 3) as a matrix of its rows: `[d0·d1·…, last]`, when every dim before the last
-/// is a constant (a symbolic product has no `Dim`); `None` otherwise.
-pub(crate) fn rows_flattened(o: &mut Ops<'_>, x: GVal) -> Result<Option<GVal>, GradError> {
+/// `x` and `g` (rank ≥ 3, the same dims but the last) as matrices of their rows,
+/// `[d0·d1·…, last]`, when every dim of `x` before the last is a constant (a symbolic
+/// product has no `Dim`); `None` otherwise, and then nothing is added.
+pub(crate) fn rows_flattened(
+    o: &mut Ops<'_>,
+    x: GVal,
+    g: GVal,
+) -> Result<Option<(GVal, GVal)>, GradError> {
     let dims = o.ty(x).shape.dims().to_vec();
-    let Some((last, lead)) = dims.split_last() else {
-        return Ok(None);
-    };
-    if lead.len() < 2 {
-        return Ok(None);
-    }
-    let Some(rows) = lead
+    let lead = &dims[..dims.len().saturating_sub(1)];
+    let rows = lead
         .iter()
-        .try_fold(1usize, |n, d| d.as_const().and_then(|c| n.checked_mul(c)))
-    else {
+        .try_fold(1usize, |n, d| d.as_const().and_then(|c| n.checked_mul(c)));
+    let (Some(rows), true) = (rows, lead.len() >= 2) else {
         return Ok(None);
     };
-    Ok(Some(reshaped(o, x, vec![Dim::Const(rows), last.clone()])?))
+    let mut flat = |v: GVal| -> Result<GVal, GradError> {
+        let last = o.ty(v).shape.dims().last().cloned().expect("rank ≥ 3");
+        reshaped(o, v, vec![Dim::Const(rows), last])
+    };
+    Ok(Some((flat(x)?, flat(g)?)))
 }
