@@ -7,9 +7,21 @@
 # variants), the cuda backend's compile tests and the eager CUDA tensor tests on device 0 (KILN_CUDA_DEVICE=0 instead of the
 # emulated device they use elsewhere), and `kiln bench --backend cuda`, in release.
 #   bash scripts/gpu-check.sh
+# On a GPU machine with no Rust toolchain or network, it runs what scripts/gpu-pack.sh built
+# elsewhere (.gpu-pack/pack.tar.xz, or KILN_GPU_PACK): the same tests and bench from prebuilt
+# binaries, NVRTC and ptxas from the pack, and the machine's own cuBLAS (12 or 13).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+
+pack="${KILN_GPU_PACK:-.gpu-pack/pack.tar.xz}"
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ ! -f "$pack" ]; then
+    echo "no cargo here and no prebuilt pack at $pack: run scripts/gpu-pack.sh where cargo is"
+    exit 1
+  fi
+  exec bash scripts/gpu-check-prebuilt.sh "$pack"
+fi
 
 echo "== GPU =="
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -58,8 +70,8 @@ KILN_CUDA_DEVICE=0 cargo run --release --locked -- bench --backend cuda \
   --json target/gpu-bench.json || status=$?
 
 echo "== summary =="
-passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s += $1} END {print s + 0}')
-failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s += $1} END {print s + 0}')
+passed=$(grep -E '^test result:' "$log" | grep -Eo '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
+failed=$(grep -E '^test result:' "$log" | grep -Eo '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
 skipped=$(grep -c '^skipped' "$log" || true)
 echo "passed: $passed, failed: $failed, skip messages: $skipped"
 rm -f "$log"

@@ -443,6 +443,60 @@ gpu_test!(
 );
 
 gpu_test!(
+    a_capture_keeps_other_threads_work_out_of_its_graph,
+    |gpu: &dyn GpuDevice| {
+        // one thread records the attention plan while another runs a pointwise plan on the
+        // same device over and over: the other thread's work waits for the recording, is
+        // not recorded, and neither breaks the other
+        let (ga, pa) = plan(MATMUL_PROGRAM, "attention", true);
+        let (gp, pp) = plan(POINTWISE_PROGRAM, "bias_gelu", true);
+        let types: Vec<_> = ga
+            .inputs()
+            .iter()
+            .map(|(_, id)| {
+                let ty = &ga.node(*id).ty;
+                let dims = ty.shape.dims().iter().map(|d| d.as_const().unwrap());
+                (ty.dtype, dims.collect::<Vec<_>>())
+            })
+            .collect();
+        let (ins, vals) = host_inputs(&gp, 5, 3);
+        let want = eval(&gp, &vals).unwrap();
+        let refs: Vec<&CpuTensor> = ins.iter().collect();
+        std::thread::scope(|s| {
+            let other = s.spawn(|| {
+                for _ in 0..3 {
+                    let got = pp.run_host(gpu, &refs).unwrap_or_else(|e| panic!("{e}"));
+                    for (o, w) in got.iter().zip(&want) {
+                        for (y, x) in o.to_f64_vec().into_iter().zip(&w.data) {
+                            assert!((x - y).abs() <= 1e-5 * x.abs() + 1e-6, "{y} vs {x}");
+                        }
+                    }
+                }
+            });
+            // recording is quick (nothing runs): many recordings overlap the other thread's
+            // calls; the last one is replayed
+            let mut captured = None;
+            while captured.is_none() || !other.is_finished() {
+                let c = pa.capture(gpu, &types).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(c.recorded(), 3, "{c:?}");
+                captured = Some(c);
+            }
+            let captured = captured.expect("recorded at least once");
+            let (ins, vals) = host_inputs(&ga, 7, 1);
+            let want = eval(&ga, &vals).unwrap();
+            let refs: Vec<&CpuTensor> = ins.iter().collect();
+            let got = captured
+                .run_host(gpu, &refs)
+                .unwrap_or_else(|e| panic!("{e}"));
+            for (x, y) in want[0].data.iter().zip(got[0].to_f64_vec()) {
+                assert!((x - y).abs() <= 1e-4 * x.abs() + 1e-5, "got {y}, want {x}");
+            }
+            other.join().unwrap();
+        });
+    }
+);
+
+gpu_test!(
     a_recorded_gather_checks_its_indices_on_every_replay,
     |gpu: &dyn GpuDevice| {
         let (_, p) = plan(GATHER_PROGRAM, "lookup", true);

@@ -18,7 +18,10 @@
 //! launches and GEMMs are queued on that stream and run in the order they were queued;
 //! [`GpuDevice::download`] queues its copy and then waits for the stream, so it sees all
 //! earlier work without the caller synchronising. Every call binds the context to the
-//! calling thread first, so the device may be used from any thread.
+//! calling thread first, so the device may be used from any thread. While one thread
+//! captures a stream, the other threads' stream operations on that GPU wait ([`CaptureGate`],
+//! one per GPU and process: every [`DriverGpu`] of a GPU shares its primary context, where
+//! some calls would break any stream's capture).
 //!
 //! # Memory
 //!
@@ -45,6 +48,7 @@
 //! so the product is computed as `Cᵀ = op(B)ᵀ · op(A)ᵀ`
 //! ([`super::gemm_args::cublas_gemm_args`] has the proof), one `cublasSgemmStridedBatched` on the device's stream.
 
+use super::capture_gate::CaptureGate;
 use super::gemm_args::cublas_gemm_args;
 use super::gpu::{
     DevicePtr, Gemm, GpuBuffer, GpuCounters, GpuDevice, GpuError, GpuGraph, KernelLaunch,
@@ -90,6 +94,13 @@ pub fn compute_arch(major: i32, minor: i32) -> Option<&'static str> {
         .rev()
         .find(|(a, _)| *a <= cc)
         .map(|(_, name)| *name)
+}
+
+/// The capture gate of GPU `ordinal`, shared by every [`DriverGpu`] of this process on it.
+fn device_gate(ordinal: usize) -> Arc<CaptureGate> {
+    static GATES: Mutex<std::collections::BTreeMap<usize, Arc<CaptureGate>>> =
+        Mutex::new(std::collections::BTreeMap::new());
+    GATES.lock().entry(ordinal).or_default().clone()
 }
 
 /// `cuMemAlloc`/`cuMemFree` for the caching allocator, with the context bound to the
@@ -198,6 +209,8 @@ pub struct DriverGpu {
     gemms: Arc<AtomicU64>,
     /// true while the stream is being captured
     capturing: AtomicBool,
+    /// keeps other threads off the stream while one captures it
+    gate: Arc<CaptureGate>,
     /// launches and GEMMs recorded since the capture began
     recorded: (AtomicU64, AtomicU64),
 }
@@ -237,9 +250,16 @@ impl DriverGpu {
         if !unsafe { sys::is_culib_present() } {
             return Err(fail(NO_DRIVER.to_string()));
         }
+        let gate = device_gate(ordinal);
+        // making the stream is no stream work, but waits out a capture all the same
+        let opening = gate.enter();
         let opened = std::panic::catch_unwind(move || -> Result<_, String> {
             let ctx = CudaContext::new(ordinal)
                 .map_err(|e| format!("no device: cannot create a context on it: {e}"))?;
+            // SAFETY: kiln never uses cudarc's CudaSlice, whose reads and writes the events
+            // track; without tracking, the first stream of a context no longer synchronises
+            // the whole context, which fails while another device value captures a stream.
+            unsafe { ctx.disable_event_tracking() };
             let name = ctx.name().map_err(|e| format!("no device name: {e}"))?;
             let capability = ctx
                 .compute_capability()
@@ -249,6 +269,7 @@ impl DriverGpu {
                 .map_err(|e| format!("cannot create a stream: {e}"))?;
             Ok((ctx, stream, name, capability))
         });
+        drop(opening);
         let (ctx, stream, name, capability) = match opened {
             Ok(Ok(v)) => v,
             Ok(Err(reason)) => return Err(fail(reason)),
@@ -282,6 +303,7 @@ impl DriverGpu {
             launches: Arc::new(AtomicU64::new(0)),
             gemms: Arc::new(AtomicU64::new(0)),
             capturing: AtomicBool::new(false),
+            gate,
             recorded: (AtomicU64::new(0), AtomicU64::new(0)),
         })
     }
@@ -473,6 +495,10 @@ impl GpuDevice for DriverGpu {
             return Ok(());
         }
         let op = format!("upload {} bytes to {dst:#x}", src.len());
+        let stream_use = self.gate.enter();
+        if stream_use.capturing() {
+            return Err(self.err(&op, "copies are not allowed while capturing a graph"));
+        }
         self.bind(&op)?;
         // SAFETY: the caller gives a device address with `src.len()` bytes; the copy is
         // queued on the device's stream. A copy from pageable host memory is staged by the
@@ -491,6 +517,10 @@ impl GpuDevice for DriverGpu {
             return Ok(());
         }
         let op = format!("download {} bytes from {src:#x}", dst.len());
+        let stream_use = self.gate.enter();
+        if stream_use.capturing() {
+            return Err(self.err(&op, "copies are not allowed while capturing a graph"));
+        }
         self.bind(&op)?;
         // SAFETY: the caller gives a device address with `dst.len()` bytes; the copy is
         // queued after earlier work and waited for before `dst` is released.
@@ -509,6 +539,7 @@ impl GpuDevice for DriverGpu {
             return Err(self.err(&op, "an empty grid"));
         }
         let kernel = self.kernel(launch.kernel)?;
+        let _stream_use = self.gate.enter();
         self.bind(&op)?;
         // the kernel's one parameter: its argument struct, by value; the driver copies the
         // bytes during the call, so `words` only needs to outlive it
@@ -543,6 +574,8 @@ impl GpuDevice for DriverGpu {
         if gemm.m == 0 || gemm.n == 0 || gemm.batch == 0 {
             return Ok(());
         }
+        // the gate before the handle's lock: a capturer never waits for a thread the gate holds
+        let _stream_use = self.gate.enter();
         let mut guard = self.blas.lock();
         let blas = self.blas(&mut guard, &op)?;
         self.bind(&op)?;
@@ -583,6 +616,7 @@ impl GpuDevice for DriverGpu {
             return Ok(());
         }
         let op = format!("zero {bytes} bytes at {dst:#x}");
+        let _stream_use = self.gate.enter();
         self.bind(&op)?;
         // SAFETY: the caller gives a device address with `bytes` bytes; queued on the stream.
         unsafe { result::memset_d8_async(dst, 0, bytes, self.stream.cu_stream()) }
@@ -598,12 +632,18 @@ impl GpuDevice for DriverGpu {
 
     fn begin_capture(&self) -> Result<(), GpuError> {
         let op = "begin capture";
-        if self.capturing.swap(true, Ordering::AcqRel) {
+        // waits for another thread's capture and for operations in flight
+        if !self.gate.begin() {
             return Err(self.err(op, "already capturing"));
         }
+        self.capturing.store(true, Ordering::Release);
         self.recorded.0.store(0, Ordering::Relaxed);
         self.recorded.1.store(0, Ordering::Relaxed);
-        self.bind(op)?;
+        if let Err(e) = self.bind(op) {
+            self.capturing.store(false, Ordering::Release);
+            self.gate.end();
+            return Err(e);
+        }
         // SAFETY: the device's live stream; relaxed mode lets a first use load a kernel or
         // allocate while capturing.
         let r = unsafe {
@@ -614,19 +654,25 @@ impl GpuDevice for DriverGpu {
         };
         r.map_err(|e| {
             self.capturing.store(false, Ordering::Release);
+            self.gate.end();
             self.err(op, e)
         })
     }
 
     fn end_capture(&self) -> Result<Box<dyn GpuGraph>, GpuError> {
         let op = "end capture";
-        if !self.capturing.swap(false, Ordering::AcqRel) {
+        if !self.gate.is_capturer() {
             return Err(self.err(op, "not capturing"));
         }
-        self.bind(op)?;
-        // SAFETY: the stream is being captured (begun above); the graph is ours.
-        let graph = unsafe { result::stream::end_capture(self.stream.cu_stream()) }
-            .map_err(|e| self.err(op, e))?;
+        self.capturing.store(false, Ordering::Release);
+        let ended = self.bind(op).and_then(|()| {
+            // SAFETY: this thread captures the stream (begun above); the graph is ours.
+            unsafe { result::stream::end_capture(self.stream.cu_stream()) }
+                .map_err(|e| self.err(op, e))
+        });
+        // the stream is free for the other threads once the capture has ended
+        self.gate.end();
+        let graph = ended?;
         let mut exec = std::mem::MaybeUninit::uninit();
         // SAFETY: a graph just captured; no instantiation flags.
         let r = unsafe { sys::cuGraphInstantiateWithFlags(exec.as_mut_ptr(), graph, 0) };
@@ -638,6 +684,7 @@ impl GpuDevice for DriverGpu {
         Ok(Box::new(DriverGraph {
             ctx: self.ctx.clone(),
             stream: self.stream.clone(),
+            gate: self.gate.clone(),
             graph,
             // SAFETY: instantiation succeeded, so `exec` is set.
             exec: unsafe { exec.assume_init() },
@@ -651,6 +698,10 @@ impl GpuDevice for DriverGpu {
     }
 
     fn synchronize(&self) -> Result<(), GpuError> {
+        let stream_use = self.gate.enter();
+        if stream_use.capturing() {
+            return Err(self.err("synchronize", "cannot wait for a stream being captured"));
+        }
         self.bind("synchronize")?;
         self.stream
             .synchronize()
@@ -678,6 +729,8 @@ impl DriverGpu {
 struct DriverGraph {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// the device's capture gate: a replay is a stream operation
+    gate: Arc<CaptureGate>,
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
     /// (launches, GEMMs) recorded
@@ -699,6 +752,7 @@ impl GpuGraph for DriverGraph {
             op: "replay a graph".to_string(),
             reason,
         };
+        let _stream_use = self.gate.enter();
         self.ctx.bind_to_thread().map_err(|e| fail(e.to_string()))?;
         // SAFETY: an instantiated graph of this context and its live stream.
         unsafe { result::graph::launch(self.exec, self.stream.cu_stream()) }
@@ -715,6 +769,7 @@ impl GpuGraph for DriverGraph {
 
 impl Drop for DriverGraph {
     fn drop(&mut self) {
+        let _stream_use = self.gate.enter();
         if self.ctx.bind_to_thread().is_ok() {
             // a replay may still run: wait before destroying what it uses
             let _ = self.stream.synchronize();

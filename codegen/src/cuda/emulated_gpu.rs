@@ -8,8 +8,10 @@
 //! threads (the generated kernels are grid-stride, so any grid is correct), one g++ run per
 //! launch. Work is done when queued, so [`GpuDevice::synchronize`] has nothing to wait for.
 //! Capturing records launches and GEMMs as commands that a replay runs again; copies while
-//! capturing are errors, as they invalidate a CUDA stream capture.
+//! capturing are errors, as they invalidate a CUDA stream capture. While one thread
+//! captures, the others' stream operations wait, as on the real device ([`CaptureGate`]).
 
+use super::capture_gate::CaptureGate;
 use super::emulate::{emulate, EmuBuffer};
 use super::emulate_check::EMU_THREADS;
 use super::gpu::{
@@ -68,6 +70,8 @@ impl Memory {
 #[derive(Clone, Default)]
 pub struct EmulatedGpu {
     mem: Arc<Mutex<Memory>>,
+    /// keeps other threads off the "stream" while one captures it
+    gate: Arc<CaptureGate>,
 }
 
 #[derive(Debug)]
@@ -118,6 +122,8 @@ impl EmulatedGpu {
 
     /// Runs `cmd` now, or records it while capturing.
     fn queue(&self, cmd: Command) -> Result<(), GpuError> {
+        // the gate before the memory's lock, which the capturer needs
+        let _stream_use = self.gate.enter();
         let mut m = self.mem.lock();
         if let Some(rec) = m.recording.as_mut() {
             rec.push(cmd);
@@ -320,6 +326,7 @@ impl GpuDevice for EmulatedGpu {
     }
 
     fn upload(&self, dst: DevicePtr, src: &[u8]) -> Result<(), GpuError> {
+        let _stream_use = self.gate.enter();
         let mut m = self.mem.lock();
         self.no_capture(&m, "upload")?;
         let op = || format!("upload of {} bytes to {dst:#x}", src.len());
@@ -336,6 +343,7 @@ impl GpuDevice for EmulatedGpu {
     }
 
     fn download(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), GpuError> {
+        let _stream_use = self.gate.enter();
         let m = self.mem.lock();
         self.no_capture(&m, "download")?;
         let op = || format!("download of {} bytes from {src:#x}", dst.len());
@@ -373,6 +381,11 @@ impl GpuDevice for EmulatedGpu {
     }
 
     fn synchronize(&self) -> Result<(), GpuError> {
+        // work is done when queued: only waits for another thread's capture (and refuses the
+        // capturer, as a stream being captured cannot be waited for)
+        if self.gate.enter().capturing() {
+            return Err(self.err("synchronize", "cannot wait for a stream being captured"));
+        }
         Ok(())
     }
 
@@ -385,21 +398,21 @@ impl GpuDevice for EmulatedGpu {
     }
 
     fn begin_capture(&self) -> Result<(), GpuError> {
-        let mut m = self.mem.lock();
-        if m.recording.is_some() {
+        // waits for another thread's capture and for operations in flight
+        if !self.gate.begin() {
             return Err(self.err("begin capture", "already capturing"));
         }
-        m.recording = Some(Vec::new());
+        self.mem.lock().recording = Some(Vec::new());
         Ok(())
     }
 
     fn end_capture(&self) -> Result<Box<dyn GpuGraph>, GpuError> {
-        let commands = self
-            .mem
-            .lock()
-            .recording
-            .take()
-            .ok_or_else(|| self.err("end capture", "not capturing"))?;
+        if !self.gate.is_capturer() {
+            return Err(self.err("end capture", "not capturing"));
+        }
+        let commands = self.mem.lock().recording.take();
+        self.gate.end();
+        let commands = commands.ok_or_else(|| self.err("end capture", "not capturing"))?;
         Ok(Box::new(EmuGraph {
             gpu: self.clone(),
             commands,

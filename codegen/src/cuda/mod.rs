@@ -23,6 +23,7 @@
 //! with `blockDim.x == CudaKernel::block_threads` (and `y = z = 1`) and any grid: every loop
 //! over rows or elements is grid-stride, so a small grid is correct, only slower.
 
+pub mod capture_gate;
 pub mod captured;
 pub mod device_tensor;
 pub mod driver_gpu;
