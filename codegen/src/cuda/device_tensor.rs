@@ -48,8 +48,25 @@ impl DeviceTensor {
     /// reads it).
     pub fn upload(gpu: &dyn GpuDevice, t: &CpuTensor) -> Result<Self, GpuError> {
         let d = DeviceTensor::empty(gpu, t.dtype(), t.shape())?;
-        let bytes = host_bytes(t);
-        gpu.upload(d.ptr(), &bytes)?;
+        if !cfg!(target_endian = "little") {
+            gpu.upload(d.ptr(), &host_bytes(t))?;
+            return Ok(d);
+        }
+        // a little-endian host stores every dtype as the device does (bool as 0 or 1): its
+        // bytes go as they are, in one copy (a strided tensor is made contiguous first)
+        let c = if t.is_contiguous() {
+            t.clone()
+        } else {
+            t.deep_copy()
+        };
+        let len = c.numel() * c.dtype().size_bytes();
+        if len > 0 {
+            let _lock = c.read_lock();
+            // SAFETY: `c` is contiguous, so its `numel` elements lie from `data_ptr` on; the
+            // read lock keeps in-place writers out while the bytes are copied.
+            let bytes = unsafe { std::slice::from_raw_parts(c.data_ptr() as *const u8, len) };
+            gpu.upload(d.ptr(), bytes)?;
+        }
         Ok(d)
     }
 
@@ -57,6 +74,9 @@ impl DeviceTensor {
     pub fn download(&self, gpu: &dyn GpuDevice) -> Result<CpuTensor, GpuError> {
         let es = self.dtype.size_bytes();
         let extent = self.extent();
+        if cfg!(target_endian = "little") && self.dtype != DType::Bool {
+            return self.download_raw(gpu, extent);
+        }
         let mut raw = vec![0u8; extent * es];
         if extent > 0 {
             gpu.download(self.ptr(), &mut raw)?;
@@ -85,6 +105,38 @@ impl DeviceTensor {
             device: gpu.name(),
             op: "download".to_string(),
             reason,
+        })
+    }
+
+    /// [`DeviceTensor::download`] on a little-endian host, for every dtype but bool (whose
+    /// device bytes are checked one by one): the elements the layout reaches are copied
+    /// into host memory as they are, then viewed with the tensor's layout (and made
+    /// contiguous when it has gaps).
+    fn download_raw(&self, gpu: &dyn GpuDevice, extent: usize) -> Result<CpuTensor, GpuError> {
+        let fail = |reason: String| GpuError {
+            device: gpu.name(),
+            op: "download".to_string(),
+            reason,
+        };
+        // SAFETY: the download below writes every element before anything reads one (on
+        // failure the tensor is dropped unread)
+        let raw =
+            unsafe { CpuTensor::uninit(self.dtype, &[extent]) }.map_err(|e| fail(e.to_string()))?;
+        if extent > 0 {
+            // SAFETY: `raw` is fresh, contiguous, `extent` elements long and shared with
+            // nothing, so it may be written through its address.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(raw.data_ptr(), extent * self.dtype.size_bytes())
+            };
+            gpu.download(self.ptr(), bytes)?;
+        }
+        let view = raw
+            .with_layout(&self.shape, &self.strides, 0)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(if view.is_contiguous() {
+            view
+        } else {
+            view.deep_copy()
         })
     }
 
@@ -276,5 +328,83 @@ pub fn from_host_bytes(bytes: &[u8], dtype: DType, shape: &[usize]) -> Result<Cp
         DType::F64 => build(bytes, shape, f64::from_le_bytes),
         DType::I32 => build(bytes, shape, i32::from_le_bytes),
         DType::I64 => build(bytes, shape, i64::from_le_bytes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::emulated_gpu::EmulatedGpu;
+
+    /// A `[rows, cols]` tensor of every kind of value a dtype holds (signs, zero, NaN and
+    /// infinity for floats).
+    fn sample(dtype: DType, rows: usize, cols: usize) -> CpuTensor {
+        let v: Vec<f64> = (0..rows * cols)
+            .map(|i| match i % 7 {
+                0 => -(i as f64) * 0.37,
+                1 => 0.0,
+                2 if dtype.is_float() => f64::NAN,
+                3 if dtype.is_float() => f64::NEG_INFINITY,
+                _ => i as f64 * 1.25 - 3.0,
+            })
+            .collect();
+        CpuTensor::from_f64(&v, &[rows, cols], dtype).unwrap()
+    }
+
+    /// Bitwise equality (NaN equals NaN), dtype and shape included.
+    fn same(a: &CpuTensor, b: &CpuTensor) {
+        assert_eq!((a.dtype(), a.shape()), (b.dtype(), b.shape()));
+        let bits = |t: &CpuTensor| -> Vec<u64> {
+            t.to_f64_vec()
+                .iter()
+                .map(|x| if x.is_nan() { 1 } else { x.to_bits() })
+                .collect()
+        };
+        assert_eq!(bits(a), bits(b));
+    }
+
+    #[test]
+    fn every_dtype_round_trips_contiguous_and_strided() {
+        let gpu = EmulatedGpu::new();
+        for dtype in [
+            DType::Bool,
+            DType::F16,
+            DType::BF16,
+            DType::F32,
+            DType::F64,
+            DType::I32,
+            DType::I64,
+        ] {
+            for (rows, cols) in [(0, 3), (1, 1), (3, 5), (7, 9)] {
+                let host = sample(dtype, rows, cols);
+                let dev = DeviceTensor::upload(&gpu, &host).unwrap();
+                same(&dev.download(&gpu).unwrap(), &host);
+                // a strided host tensor goes up as eager reads it
+                let t = host
+                    .with_layout(&[cols, rows], &[1, cols as isize], 0)
+                    .unwrap();
+                same(
+                    &DeviceTensor::upload(&gpu, &t)
+                        .unwrap()
+                        .download(&gpu)
+                        .unwrap(),
+                    &t,
+                );
+                // strided device views come down as the same views of the host tensor
+                let dt = dev.transpose(0, 1).unwrap();
+                same(&dt.download(&gpu).unwrap(), &t.deep_copy());
+                if rows > 1 {
+                    let ds = dev.slice(0, 1, rows, 1).unwrap();
+                    let hs = host.with_layout(&[rows - 1, cols], &[cols as isize, 1], cols);
+                    same(&ds.download(&gpu).unwrap(), &hs.unwrap().deep_copy());
+                }
+                if rows == 1 {
+                    let de = dev.expand(&[4, cols]).unwrap();
+                    let he = host.with_layout(&[4, cols], &[0, 1], 0).unwrap();
+                    same(&de.download(&gpu).unwrap(), &he.deep_copy());
+                }
+            }
+        }
+        assert_eq!(gpu.live_blocks(), 0);
     }
 }
