@@ -223,12 +223,18 @@ impl Report {
              peak memory: the allocator's most bytes in live tensors during a side's calls, \
              above what was held before them\n",
         );
+        if self.results.iter().any(|r| r.backend == "cuda") {
+            out.push_str(
+                "cuda: compiled calls take and return host tensors, so their times include the \
+                 copies to and from the device; the limits above are the host's, not the GPU's\n",
+            );
+        }
         if self.results.iter().any(|r| r.kind == "train") {
             out.push_str(
                 "train_*: one step = forward + loss, backward, AdamW (fused); flops = 3 x the \
                  forward's matmul flops; compile = the first compiled call (trace + compile + \
-                 forward); peak over steps 2-3 above the bytes held before step 1 (optimiser \
-                 state, gradients, saved activations)\n",
+                 the whole first step); peak over steps 2-3 above the bytes held before step 1 \
+                 (optimiser state, gradients, saved activations)\n",
             );
         }
         for r in &self.results {
@@ -410,6 +416,7 @@ mod tests {
         assert!(table.contains("3.00 GiB"), "{table}");
         assert!(table.contains("3.0 MiB / 1.0 MiB"), "{table}");
         assert!(!table.contains("train_*"), "{table}");
+        assert!(!table.contains("the limits above are the host's"), "{table}");
         assert!(
             table.contains("softmax: 16000.0 sentences/s compiled, 4000.0 sentences/s eager"),
             "{table}"
@@ -424,5 +431,10 @@ mod tests {
             json["results"][1]["eager_peak_bytes"],
             serde_json::Value::Null
         );
+        // cuda rows say that their times include the copies and their limits are the host's
+        let mut cuda = report;
+        cuda.results[0].backend = "cuda".into();
+        let table = cuda.render();
+        assert!(table.contains("the limits above are the host's"), "{table}");
     }
 }
