@@ -122,6 +122,28 @@ fn unary_rules_match_finite_differences() {
     assert!(checked >= 25, "only {checked} unary rules");
 }
 
+/// gelu's rule takes Φ(x) as y / x: ½ at ±0 (not 0/0), 1 and 0 far out in the tails (no
+/// 0/0 where Φ underflows), NaN at ±inf and NaN, as torch's `Φ(x) + x φ(x)` gives.
+#[test]
+fn gelu_rule_at_zero_and_in_the_tails() {
+    let xs = vec![
+        0.0,
+        -0.0,
+        40.0,
+        -40.0,
+        1e-300,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ];
+    let mut e = Eval::default();
+    let x = e.value(DType::F64, xs.clone());
+    let g = rule_grads(&mut e, &Op::Unary(UnaryOp::Gelu), &[GArg::Val(x)]);
+    let gx = &e.vals[g[0].expect("a gradient").0].data;
+    assert_eq!(&gx[..5], &[0.5, 0.5, 1.0, 0.0, 0.5], "{gx:?}");
+    assert!(gx[5..].iter().all(|v| v.is_nan()), "{gx:?}");
+}
+
 #[test]
 fn binary_rules_match_finite_differences_and_undo_broadcasting() {
     let mut checked = 0;

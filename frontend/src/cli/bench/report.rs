@@ -416,7 +416,10 @@ mod tests {
         assert!(table.contains("3.00 GiB"), "{table}");
         assert!(table.contains("3.0 MiB / 1.0 MiB"), "{table}");
         assert!(!table.contains("train_*"), "{table}");
-        assert!(!table.contains("the limits above are the host's"), "{table}");
+        assert!(
+            !table.contains("the limits above are the host's"),
+            "{table}"
+        );
         assert!(
             table.contains("softmax: 16000.0 sentences/s compiled, 4000.0 sentences/s eager"),
             "{table}"

@@ -95,13 +95,14 @@ pub fn relu(o: &mut Ops<'_>, c: &GradCall<'_>) -> Out {
     })
 }
 
-/// `g (Φ(x) + x φ(x))`
+/// `g (Φ(x) + x φ(x))`, with `Φ(x) = y / x` from the output `y = x Φ(x)` (½ at 0): no second
+/// erf beside gelu's own (a training step computes both in one kernel), and no `1 + erf`
+/// cancellation in the left tail. ±inf and NaN give NaN, as torch's formula does.
 pub fn gelu(o: &mut Ops<'_>, c: &GradCall<'_>) -> Out {
-    unary_rule(o, c, |o, x, _| {
-        let s = o.mul(x, std::f64::consts::FRAC_1_SQRT_2)?;
-        let e = o.unary(UnaryOp::Erf, s)?;
-        let e1 = o.add(e, 1.0)?;
-        let cdf = o.mul(e1, 0.5)?;
+    unary_rule(o, c, |o, x, y| {
+        let ratio = o.div(y, x)?;
+        let at_zero = o.binary(BinaryOp::Eq, x, 0.0)?;
+        let cdf = o.select(at_zero, 0.5, ratio)?;
         let x2 = o.mul(x, x)?;
         let n = o.mul(x2, -0.5)?;
         let ex = o.unary(UnaryOp::Exp, n)?;
