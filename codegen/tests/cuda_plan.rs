@@ -390,25 +390,23 @@ fn host_inputs(
     (ins, vals)
 }
 
+/// The dtype and constant shape of each input of `g` (what a recording is made for).
+fn input_types(g: &kiln_ir::Graph) -> Vec<(kiln_ir::DType, Vec<usize>)> {
+    g.inputs()
+        .iter()
+        .map(|(_, id)| {
+            let ty = &g.node(*id).ty;
+            let dims = ty.shape.dims().iter().map(|d| d.as_const().unwrap());
+            (ty.dtype, dims.collect())
+        })
+        .collect()
+}
+
 gpu_test!(
     a_recorded_graph_replays_with_new_inputs,
     |gpu: &dyn GpuDevice| {
         let (g, p) = plan(MATMUL_PROGRAM, "attention", true);
-        let types: Vec<_> = g
-            .inputs()
-            .iter()
-            .map(|(_, id)| {
-                let ty = &g.node(*id).ty;
-                (
-                    ty.dtype,
-                    ty.shape
-                        .dims()
-                        .iter()
-                        .map(|d| d.as_const().unwrap())
-                        .collect(),
-                )
-            })
-            .collect();
+        let types = input_types(&g);
         let before = gpu.counters();
         let captured = p.capture(gpu, &types).unwrap_or_else(|e| panic!("{e}"));
         // recording runs nothing
@@ -450,15 +448,7 @@ gpu_test!(
         // not recorded, and neither breaks the other
         let (ga, pa) = plan(MATMUL_PROGRAM, "attention", true);
         let (gp, pp) = plan(POINTWISE_PROGRAM, "bias_gelu", true);
-        let types: Vec<_> = ga
-            .inputs()
-            .iter()
-            .map(|(_, id)| {
-                let ty = &ga.node(*id).ty;
-                let dims = ty.shape.dims().iter().map(|d| d.as_const().unwrap());
-                (ty.dtype, dims.collect::<Vec<_>>())
-            })
-            .collect();
+        let types = input_types(&ga);
         let (ins, vals) = host_inputs(&gp, 5, 3);
         let want = eval(&gp, &vals).unwrap();
         let refs: Vec<&CpuTensor> = ins.iter().collect();

@@ -31,9 +31,7 @@ pub struct CaptureGate {
 #[must_use = "the operation is let through only while this is held"]
 pub struct StreamUse<'a> {
     gate: &'a CaptureGate,
-    /// false for the capturing thread's own operations (not counted)
-    counted: bool,
-    /// whether this thread is the one capturing
+    /// whether this thread is the one capturing (its operations are not counted)
     capturing: bool,
 }
 
@@ -47,7 +45,7 @@ impl StreamUse<'_> {
 
 impl Drop for StreamUse<'_> {
     fn drop(&mut self) {
-        if self.counted {
+        if !self.capturing {
             let mut s = self.gate.state.lock();
             s.in_flight -= 1;
             if s.in_flight == 0 {
@@ -72,7 +70,6 @@ impl CaptureGate {
         }
         StreamUse {
             gate: self,
-            counted: !capturing,
             capturing,
         }
     }

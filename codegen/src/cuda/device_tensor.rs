@@ -72,11 +72,11 @@ impl DeviceTensor {
 
     /// Copies the tensor to the host (waiting for the work queued before).
     pub fn download(&self, gpu: &dyn GpuDevice) -> Result<CpuTensor, GpuError> {
-        let es = self.dtype.size_bytes();
         let extent = self.extent();
         if cfg!(target_endian = "little") && self.dtype != DType::Bool {
             return self.download_raw(gpu, extent);
         }
+        let es = self.dtype.size_bytes();
         let mut raw = vec![0u8; extent * es];
         if extent > 0 {
             gpu.download(self.ptr(), &mut raw)?;

@@ -639,24 +639,22 @@ impl GpuDevice for DriverGpu {
         self.capturing.store(true, Ordering::Release);
         self.recorded.0.store(0, Ordering::Relaxed);
         self.recorded.1.store(0, Ordering::Relaxed);
-        if let Err(e) = self.bind(op) {
+        let begun = self.bind(op).and_then(|()| {
+            // SAFETY: the device's live stream; relaxed mode lets a first use load a kernel
+            // or allocate while capturing.
+            unsafe {
+                result::stream::begin_capture(
+                    self.stream.cu_stream(),
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                )
+            }
+            .map_err(|e| self.err(op, e))
+        });
+        if begun.is_err() {
             self.capturing.store(false, Ordering::Release);
             self.gate.end();
-            return Err(e);
         }
-        // SAFETY: the device's live stream; relaxed mode lets a first use load a kernel or
-        // allocate while capturing.
-        let r = unsafe {
-            result::stream::begin_capture(
-                self.stream.cu_stream(),
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-            )
-        };
-        r.map_err(|e| {
-            self.capturing.store(false, Ordering::Release);
-            self.gate.end();
-            self.err(op, e)
-        })
+        begun
     }
 
     fn end_capture(&self) -> Result<Box<dyn GpuGraph>, GpuError> {
