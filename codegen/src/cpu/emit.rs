@@ -406,6 +406,29 @@ impl Emitter<'_> {
         }
     }
 
+    /// `x` when `t` is `x·x·(-0.5)` (either operand order), an f32 argument of `exp` that
+    /// the math emitters compute as `e^(-x²/2)` directly.
+    fn half_square_of(&self, t: ValueId) -> Option<ValueId> {
+        let body = &self.nest.body;
+        let f32_mul = |v: ValueId| match body[v].expr {
+            Expr::Binary(BinaryOp::Mul, a, c) if body[v].ty == ScalarType::F32 => Some((a, c)),
+            _ => None,
+        };
+        let (p, q) = f32_mul(t)?;
+        let is_minus_half = |v: ValueId| matches!(body[v].expr, Expr::Const(c) if c == -0.5);
+        let sq = if is_minus_half(q) {
+            p
+        } else if is_minus_half(p) {
+            q
+        } else {
+            return None;
+        };
+        match f32_mul(sq)? {
+            (x, y) if x == y && body[x].ty == ScalarType::F32 => Some(x),
+            _ => None,
+        }
+    }
+
     /// A pointwise instruction on already computed operands.
     fn compute(
         &self,
@@ -418,6 +441,10 @@ impl Emitter<'_> {
         match e {
             Expr::Unary(u, x) if u.info().dtype == DTypeRule::Bool || is_bool(x) => {
                 self.math.bool_unary(b, *u, operand(x), is_bool(x))
+            }
+            Expr::Unary(UnaryOp::Exp, t) if self.half_square_of(*t).is_some() => {
+                let x = self.half_square_of(*t).expect("matched");
+                self.math.exp_neg_half_sq(b, operand(&x))
             }
             Expr::Unary(u, x) => self.math.unary_in(b, *u, operand(x), self.ranges[*x]),
             Expr::Binary(op, x, y) => {

@@ -36,6 +36,11 @@ enum TestOp {
     Bounded(UnaryOp, ValueRange),
     /// `op(x)` for `x` known to lie in the range, fitted where it can be (`Math::unary_in`)
     Fitted(UnaryOp, ValueRange),
+    /// `e^(-x²/2)` (`Math::exp_neg_half_sq`, the kernels' form of `exp(x·x·(-0.5))`)
+    HalfSquareExp,
+    /// gelu(x) emitted after `e^(-x²/2)` of the same x, so it reuses that value (as a
+    /// kernel computing gelu and its derivative does); stores the gelu
+    GeluAfterDensity,
 }
 
 /// A compiled kernel and the module that owns its code.
@@ -86,6 +91,11 @@ fn element(
         TestOp::Bounded(u, r) => math.unary_general_in(b, u, x, r),
         TestOp::Fitted(u, r) => math.unary_in(b, u, x, r),
         TestOp::Binary(o) => math.binary(b, o, x, y),
+        TestOp::HalfSquareExp => math.exp_neg_half_sq(b, x),
+        TestOp::GeluAfterDensity => {
+            let _density = math.exp_neg_half_sq(b, x);
+            math.unary_in(b, UnaryOp::Gelu, x, ValueRange::ANY)
+        }
         TestOp::MulAdd => {
             let c = math.constant(b, ty, 0.25);
             math.mul_add(b, x, y, c)
@@ -310,6 +320,8 @@ fn reference(op: TestOp, x: f32, y: f32) -> f64 {
         TestOp::Binary(b) => b.eval_f64(x, y),
         TestOp::MulAdd => x * y + 0.25,
         TestOp::Hot => unreachable!("the hot workload is only timed"),
+        TestOp::HalfSquareExp => (-x * x / 2.0).exp(),
+        TestOp::GeluAfterDensity => gelu_erfc(x),
     }
 }
 
@@ -912,6 +924,45 @@ fn gelu_is_relatively_accurate_including_its_left_tail() {
     assert!(st.max_ulp <= 6.0, "gelu wide: {st:?}");
     // And against the plain reference, with the absolute bound of the other activations.
     check_unary(UnaryOp::Gelu, inputs(11, -20.0, 20.0, &[]), ACT);
+}
+
+/// `e^(-x²/2)` from `x²` split exactly: a few ulp everywhere, where `exp` of the rounded
+/// `x·x·(-0.5)` is off by up to `x²/2` half-ulps of its argument (~90 ulp near |x| = 13);
+/// 0 from |x| ≈ 13.2 on (flushed below the smallest normal, as `exp` does), 0 at ±inf.
+#[test]
+fn half_square_exp_is_accurate_where_the_rounded_square_is_not() {
+    let mut xs = inputs(12, -20.0, 20.0, &sweep(12.0, 13.2, 100_001));
+    xs.extend(inputs(13, -1e4, 1e4, &[]));
+    let ys = vec![0.0; xs.len()];
+    let st = check(TestOp::HalfSquareExp, &xs, &ys, REL);
+    eprintln!("e^(-x²/2): {st:?}");
+    assert!(st.max_ulp <= 2.0, "e^(-x²/2): {st:?}");
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let k = compile(TestOp::HalfSquareExp, false);
+    let out = k.run_scalar(&[inf, -inf, nan, 0.0, -0.0, 14.0], &[0.0; 6]);
+    assert_eq!(&out[..2], &[0.0, 0.0], "e^(-inf) is 0");
+    assert!(out[2].is_nan(), "NaN stays NaN");
+    assert_eq!(&out[3..], &[1.0, 1.0, 0.0]);
+}
+
+/// gelu reusing an `e^(-x²/2)` already computed in the block gives gelu's own bits.
+#[test]
+fn gelu_sharing_the_normal_density_is_unchanged() {
+    let xs = inputs(14, -20.0, 20.0, &specials());
+    let ys = vec![0.0; xs.len()];
+    for fma in fma_modes() {
+        let alone = compile(TestOp::Unary(UnaryOp::Gelu), fma).run(&xs, &ys);
+        let shared = compile(TestOp::GeluAfterDensity, fma).run(&xs, &ys);
+        for (i, (a, s)) in alone.iter().zip(&shared).enumerate() {
+            assert!(
+                a.to_bits() == s.to_bits() || (a.is_nan() && s.is_nan()),
+                "fma={fma} x={:e}: {a:e} alone, {s:e} shared",
+                xs[i]
+            );
+        }
+    }
+    let st = check(TestOp::GeluAfterDensity, &xs, &ys, REL);
+    assert!(st.max_ulp <= 6.0, "gelu after the density: {st:?}");
 }
 
 #[test]

@@ -16,6 +16,8 @@ pub mod plan;
 mod pool;
 #[cfg(test)]
 mod row_group_tests;
+#[cfg(test)]
+mod half_square_tests;
 
 pub use emit::{InnerAccess, Spec};
 pub use jit::{clif_text, jit_stats, KernelFn};

@@ -61,6 +61,23 @@ fn exp_neg_sq(e: &mut Em, v: Value, s: f32) -> Value {
     exp_hl(e, hi, lo)
 }
 
+/// Past this |x|, `e^(-x²/2)` is 0 in f32 (flushed below the smallest normal from
+/// |x| ≈ 13.2 on), so [`exp_neg_half_sq`] clamps |x| here: ±inf then give 0, not NaN.
+const HALF_SQ_CLAMP: f32 = 15.0;
+
+/// `e^(-x²/2)` for any `x` (0 for ±inf, NaN for NaN), with `x²` split exactly. Both gelu
+/// and the pattern `exp(x·x·(-1/2))` (gelu's derivative, a normal density) call it, so a
+/// kernel computing gelu and its derivative emits the same instructions twice on the same
+/// value and Cranelift's value numbering keeps one copy.
+pub(super) fn exp_neg_half_sq(e: &mut Em, x: Value) -> Value {
+    let ax = e.abs(x);
+    let v = e.min_keep_nan(ax, HALF_SQ_CLAMP);
+    let y = exp_neg_sq(e, v, 0.5);
+    // v - v: 0, or NaN for a NaN x (exp_hl's value is unspecified there)
+    let zero_or_nan = e.sub(v, v);
+    e.add(y, zero_or_nan)
+}
+
 /// `erf x`: `x·(2/√π + x²·Q(x²))` for |x| < 0.75, else `±(1 - e^(-x²)·R(|x|))` with |x|
 /// clamped to 10 (where erfc is already under the smallest denormal). ±inf give ±1, NaN
 /// gives NaN.
@@ -86,14 +103,15 @@ pub(super) fn erf(e: &mut Em, x: Value) -> Value {
 
 /// `gelu x = x·Φ(x)` with `Φ(-|x|) = erfc(|x|/√2)/2 = e^(-x²/2)·R(|x|/√2)/2` (relatively
 /// accurate in the left tail, no `1 + erf` cancellation) and `Φ(|x|) = 1 - Φ(-|x|)`;
-/// |x| is clamped to 14 (Φ(-14) is under the smallest denormal). gelu(+inf) = +inf,
-/// gelu(-inf) = NaN (as the reference's `-inf·0`), NaN gives NaN.
-pub(super) fn gelu(e: &mut Em, x: Value) -> Value {
+/// |x| is clamped to 14 in R (Φ(-14) is under the smallest denormal). `ex` is
+/// [`exp_neg_half_sq`] of `x` (the caller's, so that a kernel computing gelu's derivative
+/// too shares it). gelu(+inf) = +inf, gelu(-inf) = NaN (as the reference's `-inf·0`), NaN
+/// gives NaN.
+pub(super) fn gelu(e: &mut Em, x: Value, ex: Value) -> Value {
     let ax = e.abs(x);
     let axc = e.min_keep_nan(ax, 14.0);
     let a = e.mulc(axc, std::f32::consts::FRAC_1_SQRT_2);
     let r = erfc_scaled(e, a);
-    let ex = exp_neg_sq(e, axc, 0.5);
     let er = e.mul(ex, r);
     let tail = e.mulc(er, 0.5);
     let upper = e.csub(1.0, tail);
