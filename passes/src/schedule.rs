@@ -228,7 +228,9 @@ fn plan(g: &Graph, kernels: &[Kernel]) -> (Vec<BufferRequest>, MemoryPlan) {
     (requests, plan)
 }
 
-fn kernel_graph(
+/// Kernel `k`'s body: `nodes` of `g` (in order) as a graph of their own, reading `inputs`
+/// (named as in `g`, or `v<index>`) and returning `outputs`.
+pub fn kernel_graph(
     g: &Graph,
     k: usize,
     kind: GroupKind,

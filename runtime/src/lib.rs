@@ -30,7 +30,7 @@ mod transpose;
 pub use alloc::{allocator_stats, empty_cache, reset_peak_stats, AllocStats};
 pub use element::Element;
 pub use error::RuntimeError;
-pub use exec::{execute, execute_inplace, EagerArg};
+pub use exec::{execute, execute_inplace, index_add_owned, EagerArg};
 pub use kernels::layout::view_strides;
 pub use kernels::matmul::{matmul_into, RowEpilogue};
 pub use raw::{ReadLock, WriteLock};

@@ -693,3 +693,37 @@ fn zero_size_tensors() {
     assert_eq!(ex(Op::IndexSelect { dim: 1 }, &[&w, &idx]).shape(), &[3, 0]);
     execute_inplace(InplaceOp::Fill, &e, EagerArg::Scalar(Scalar::Float(1.0))).unwrap();
 }
+
+/// `index_add_owned` adds into its own destination and gives `execute`'s values (repeated
+/// indices, every dtype, a negative dim); a strided destination, or one sharing storage
+/// with the source, takes the copy; bad indices are the same typed error.
+#[test]
+fn index_add_into_an_owned_destination_equals_execute() {
+    use kiln_runtime::index_add_owned;
+    let idx = t(&[0.0, 2.0, 2.0, 4.0, 0.0], &[5], DType::I64);
+    for dt in [DType::F32, DType::F64, DType::I64, DType::BF16] {
+        let x = randn(&[5, 6], DType::F32, 7);
+        let x = ex(Op::Cast { dtype: dt }, &[&x]);
+        let src = ex(Op::Cast { dtype: dt }, &[&randn(&[5, 6], DType::F32, 8)]);
+        for dim in [0, -2] {
+            let want = ex(Op::IndexAdd { dim }, &[&x, &idx, &src]).to_f64_vec();
+            let dst = x.deep_copy();
+            let before = dst.version();
+            let got = index_add_owned(dst.clone(), dim, &idx, &src).expect("adds");
+            assert!(got.shares_storage(&dst), "{dt:?}: computed in place");
+            assert!(dst.version() > before, "{dt:?}: version bumped");
+            assert_eq!(got.to_f64_vec(), want, "{dt:?} dim {dim}");
+        }
+        // a transposed destination: the copy, the same values
+        let xt = ex(Op::Transpose { dim0: 0, dim1: 1 }, &[&x.deep_copy()]);
+        let srct = ex(Op::Transpose { dim0: 0, dim1: 1 }, &[&src]);
+        let want = ex(Op::IndexAdd { dim: 1 }, &[&xt, &idx, &srct]).to_f64_vec();
+        let got = index_add_owned(xt.clone(), 1, &idx, &srct).expect("adds");
+        assert!(!got.shares_storage(&xt));
+        assert_eq!(got.to_f64_vec(), want, "{dt:?} strided");
+    }
+    let x = randn(&[3, 2], DType::F32, 9);
+    let src = randn(&[5, 2], DType::F32, 10);
+    let e = index_add_owned(x.deep_copy(), 0, &idx, &src).expect_err("index 4 of 3");
+    assert!(e.to_string().contains("index_add"), "{e}");
+}

@@ -7,7 +7,7 @@ use crate::error::CodegenError;
 use crate::loops::{lower_kernel, Unsupported};
 use crate::matmul_group::{matmul_shape, split_matmul_group};
 use kiln_ir::{Arg, DType, Dim, Graph, NodeId, Op};
-use kiln_runtime::{execute, matmul_into, CpuTensor, EagerArg};
+use kiln_runtime::{execute, index_add_owned, matmul_into, CpuTensor, EagerArg};
 
 /// Symbol bindings of one call.
 pub(crate) type Bindings = Vec<(String, usize)>;
@@ -129,8 +129,27 @@ pub(crate) fn run_graph(
                     plan: g.name().to_string(),
                     reason: format!("symbolic dim `{s}` is not bound by any input"),
                 })?;
-        let out = execute(&op, &args).map_err(rt)?;
-        drop(args);
+        let out = match (op.as_ref(), n.args.first()) {
+            // into a fill only this op reads, instead of a copy of it
+            (Op::IndexAdd { dim }, Some(Arg::Value(x)))
+                if matches!(g.node(*x).op, Op::Full { .. })
+                    && g.users(*x).len() == 1
+                    && !g.outputs().contains(x) =>
+            {
+                let (idx, src) = match (&args[1], &args[2]) {
+                    (EagerArg::Tensor(i), EagerArg::Tensor(s)) => ((*i).clone(), (*s).clone()),
+                    _ => return Err(missing(id)),
+                };
+                drop(args);
+                let fill = vals[x.index()].take().ok_or_else(|| missing(*x))?;
+                index_add_owned(fill, *dim, &idx, &src).map_err(rt)?
+            }
+            _ => {
+                let out = execute(&op, &args).map_err(rt)?;
+                drop(args);
+                out
+            }
+        };
         vals[id.index()] = Some(out);
     }
     g.outputs()

@@ -76,11 +76,7 @@ mod tests;
 
 use crate::loops::ValueRange;
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{
-    types, AbiParam, Block, FuncRef, Function, InstBuilder, Type, Value,
-};
-use std::cell::RefCell;
-use std::collections::HashMap;
+use cranelift_codegen::ir::{types, AbiParam, Block, FuncRef, Function, InstBuilder, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::JITModule;
 use cranelift_module::{Linkage, Module, ModuleError};
@@ -88,6 +84,8 @@ pub(crate) use emit::pool_const;
 use emit::Em;
 pub(crate) use fitted::{fit_chain, Fitted};
 use kiln_ir::{BinaryOp, UnaryOp};
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// Library routines generated code calls lane by lane: each computes in f64 with the
 /// `libm` crate and rounds once, as eager does. `pow`, `fmod` and `atan2` are calls;

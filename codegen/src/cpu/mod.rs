@@ -8,6 +8,9 @@ mod cost;
 mod cuts;
 pub mod dump;
 pub mod emit;
+mod fill_merge;
+#[cfg(test)]
+mod half_square_tests;
 pub mod jit;
 pub mod kernels;
 pub(crate) mod math;
@@ -16,8 +19,6 @@ pub mod plan;
 mod pool;
 #[cfg(test)]
 mod row_group_tests;
-#[cfg(test)]
-mod half_square_tests;
 
 pub use emit::{InnerAccess, Spec};
 pub use jit::{clif_text, jit_stats, KernelFn};

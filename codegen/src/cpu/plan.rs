@@ -188,8 +188,9 @@ impl CpuPlan {
         let start = Instant::now();
         let g = &s.graph;
         let mut steps = Vec::new();
+        let kernels = super::fill_merge::merge_fills(s)?;
         // a kernel whose values nothing reads (dead code kept when fusion is off) is skipped
-        for k in s.kernels.iter().filter(|k| !k.outputs.is_empty()) {
+        for k in kernels.iter().filter(|k| !k.outputs.is_empty()) {
             steps.push(Step {
                 name: k.body.name().to_string(),
                 body: k.body.clone(),

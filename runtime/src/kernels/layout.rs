@@ -247,10 +247,48 @@ fn index_add_typed<T: Kern>(
     indices: &[i64],
     src: &CpuTensor,
 ) -> CpuTensor {
-    let inner: usize = x.shape()[d + 1..].iter().product();
-    let size = x.shape()[d];
     let n = x.numel();
-    let int = x.dtype().is_int();
+    let gx = x.storage().guard();
+    let xd = &gx.slice::<T>()[x.offset()..][..n];
+    let s = Storage::build::<T>(n, |out| {
+        for (o, v) in out.iter_mut().zip(xd) {
+            o.write(*v);
+        }
+    });
+    drop(gx);
+    {
+        let mut g = s.guard_mut();
+        add_rows::<T>(&mut g.slice_mut::<T>()[..n], x.shape(), d, indices, src);
+    }
+    CpuTensor::from_storage(s, x.shape())
+}
+
+/// `index_add` into `x`'s own storage (contiguous, sharing storage with neither `idx` nor
+/// `src`), for a caller that owns `x` and would otherwise copy it: checked as
+/// [`index_add`]; `x`'s version is bumped.
+pub(crate) fn index_add_in_place(
+    x: &CpuTensor,
+    d: usize,
+    idx: &CpuTensor,
+    src: &CpuTensor,
+) -> Result<(), RuntimeError> {
+    let indices = checked_indices("index_add", idx, x.shape()[d])?;
+    let src = src.contiguous();
+    let n = x.numel();
+    with_dtype!(x.dtype(), T => {
+        let mut g = x.storage().guard_mut();
+        add_rows::<T>(&mut g.slice_mut::<T>()[x.offset()..][..n], x.shape(), d, &indices, &src);
+    });
+    x.storage().bump_version();
+    Ok(())
+}
+
+/// Adds `src`'s slices along dim `d` into `out` (a contiguous tensor of `shape`) at
+/// `indices`: the part of `index_add` after the copy.
+fn add_rows<T: Kern>(out: &mut [T], shape: &[usize], d: usize, indices: &[i64], src: &CpuTensor) {
+    let inner: usize = shape[d + 1..].iter().product();
+    let size = shape[d];
+    let int = T::DTYPE.is_int();
     let add = |a: T, b: T| {
         if int {
             T::from_i64(a.to_i64().wrapping_add(b.to_i64()))
@@ -258,18 +296,10 @@ fn index_add_typed<T: Kern>(
             T::from_f64(a.to_f64() + b.to_f64())
         }
     };
-    let (gx, gs) = (x.storage().guard(), src.storage().guard());
-    let xd = &gx.slice::<T>()[x.offset()..][..n];
+    let gs = src.storage().guard();
     let sd = &gs.slice::<T>()[src.offset()..][..src.numel()];
-    let s = Storage::build::<T>(n, |out| {
-        for (o, v) in out.iter_mut().zip(xd) {
-            o.write(*v);
-        }
-    });
     let block = size * inner;
     if block > 0 && inner > 0 {
-        let mut g = s.guard_mut();
-        let out = &mut g.slice_mut::<T>()[..n];
         let rows = indices.len() * inner;
         // whole outer blocks per task: blocks are disjoint, and repeated indices within a
         // block accumulate in index order
@@ -287,7 +317,6 @@ fn index_add_typed<T: Kern>(
             }
         });
     }
-    CpuTensor::from_storage(s, x.shape())
 }
 
 /// Keeps elements with `j - i >= diagonal` (triu, `upper`) or `j - i <= diagonal` (tril)
