@@ -442,10 +442,12 @@ impl Emitter<'_> {
             Expr::Unary(u, x) if u.info().dtype == DTypeRule::Bool || is_bool(x) => {
                 self.math.bool_unary(b, *u, operand(x), is_bool(x))
             }
-            Expr::Unary(UnaryOp::Exp, t) if self.half_square_of(*t).is_some() => {
-                let x = self.half_square_of(*t).expect("matched");
-                self.math.exp_neg_half_sq(b, operand(&x))
-            }
+            Expr::Unary(UnaryOp::Exp, t) => match self.half_square_of(*t) {
+                Some(x) => self.math.exp_neg_half_sq(b, operand(&x)),
+                None => self
+                    .math
+                    .unary_in(b, UnaryOp::Exp, operand(t), self.ranges[*t]),
+            },
             Expr::Unary(u, x) => self.math.unary_in(b, *u, operand(x), self.ranges[*x]),
             Expr::Binary(op, x, y) => {
                 let (xb, yb) = (is_bool(x), is_bool(y));

@@ -69,7 +69,6 @@ pub(super) fn merge_fills(s: &Schedule) -> Result<Vec<Kernel>, CodegenError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::cpu::CpuPlan;
     use kiln_ir::interp::{eval, random_inputs, Value};
     use kiln_runtime::CpuTensor;
 
@@ -102,15 +101,7 @@ mod tests {
     fn a_fill_only_an_index_add_reads_is_added_into() {
         for (src, kernels) in GRAPHS {
             let g = kiln_ir::parse_graph(src).expect("parses");
-            let f = kiln_passes::pipeline::run_passes(
-                &g,
-                &["decompose", "fuse"],
-                &Default::default(),
-                true,
-            )
-            .expect("passes");
-            let s = kiln_passes::schedule::schedule(&f).expect("schedules");
-            let plan = CpuPlan::new(&s).expect("plans");
+            let plan = crate::cpu::plan_of(src);
             assert_eq!(plan.kernels().count(), kernels, "{}", g.name());
             // indices in range, repeated (rows accumulate)
             let vals = random_inputs(&g, 3, &|_| 1).expect("inputs");

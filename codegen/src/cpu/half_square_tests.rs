@@ -3,32 +3,22 @@
 //! through whole plans, in both operand orders and beside a gelu, where `exp` of the rounded
 //! square would be off by tens of ulps (|x| near 13).
 
-use super::plan::CpuPlan;
-use kiln_passes::pipeline::run_passes;
-use kiln_passes::schedule::schedule;
+use super::math::tests::ulps;
+use super::plan_of;
 use kiln_runtime::CpuTensor;
 
 /// `x²/2` rounded before `exp` costs up to `x²/2` half-ulps of the argument; the exact
 /// split keeps the result within a couple of ulps.
 const MAX_ULPS: f64 = 2.0;
 
-fn ulps(out: f32, r: f64) -> f64 {
-    let a = (r as f32).abs();
-    let ulp = if a < f32::MIN_POSITIVE {
-        f64::from(f32::from_bits(1))
-    } else {
-        f64::from(a.next_up()) - f64::from(a)
-    };
-    (f64::from(out) - r).abs() / ulp
+fn run(src: &str, xs: &[f32]) -> Vec<Vec<f32>> {
+    let x = CpuTensor::from_slice(xs, &[1, xs.len()]).expect("a tensor");
+    outputs(src, &x)
 }
 
-fn run(src: &str, xs: &[f32]) -> Vec<Vec<f32>> {
-    let g = kiln_ir::parse_graph(src).expect("parses");
-    let f = run_passes(&g, &["decompose", "fuse"], &Default::default(), true).expect("passes");
-    let s = schedule(&f).expect("schedules");
-    let plan = CpuPlan::new(&s).expect("plans");
-    let x = CpuTensor::from_slice(xs, &[1, xs.len()]).expect("a tensor");
-    plan.run(&[&x])
+fn outputs(src: &str, x: &CpuTensor) -> Vec<Vec<f32>> {
+    plan_of(src)
+        .run(&[x])
         .expect("runs")
         .iter()
         .map(|t| t.to_vec::<f32>().expect("f32"))

@@ -72,7 +72,7 @@ mod trig;
 
 #[cfg(test)]
 #[path = "math_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 use crate::loops::ValueRange;
 use cranelift_codegen::ir::condcodes::FloatCC;

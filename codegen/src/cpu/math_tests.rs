@@ -378,7 +378,7 @@ impl Stats {
 }
 
 /// The distance from `out` to `r` in units of the f32 ulp at `r`.
-fn ulps(out: f32, r: f64) -> f64 {
+pub(crate) fn ulps(out: f32, r: f64) -> f64 {
     let a = (r as f32).abs();
     let ulp = if a < f32::MIN_POSITIVE {
         f64::from(f32::from_bits(1))

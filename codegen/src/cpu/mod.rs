@@ -21,6 +21,18 @@ mod pool;
 mod row_group_tests;
 
 pub use emit::{InnerAccess, Spec};
+
+/// The cpu plan of a graph in the textual IR, through decompose, fuse and schedule (for the
+/// tests that run small graphs whole).
+#[cfg(test)]
+pub(crate) fn plan_of(src: &str) -> CpuPlan {
+    let g = kiln_ir::parse_graph(src).expect("parses");
+    let f =
+        kiln_passes::pipeline::run_passes(&g, &["decompose", "fuse"], &Default::default(), true)
+            .expect("passes");
+    let s = kiln_passes::schedule::schedule(&f).expect("schedules");
+    CpuPlan::new(&s).expect("plans")
+}
 pub use jit::{clif_text, jit_stats, KernelFn};
 pub use plan::{kernel_for, CpuKernel, CpuPlan};
 
