@@ -125,3 +125,30 @@ fn gelu_and_its_density_in_one_kernel() {
     }
     check("the density beside gelu", &both[1], &xs);
 }
+
+/// The same kernel on a strided input (every other element of a wider buffer): the
+/// pattern does not depend on the access, and the values equal the contiguous ones.
+#[test]
+fn the_density_of_a_strided_input_equals_the_contiguous_one() {
+    let xs = points();
+    let n = xs.len();
+    let src = format!(
+        "graph @d(%x: f32[1,{n}]) -> f32[1,{n}] {{\n  %0 = mul %x, %x : f32[1,{n}]\n  \
+         %1 = mul %0, -0.5 : f32[1,{n}]\n  %2 = exp %1 : f32[1,{n}]\n  return %2\n}}\n"
+    );
+    let wide: Vec<f32> = xs.iter().flat_map(|x| [*x, 7.0]).collect();
+    let strided = CpuTensor::from_slice(&wide, &[1, 2 * n])
+        .expect("a tensor")
+        .with_layout(&[1, n], &[2 * n as isize, 2], 0)
+        .expect("every other element");
+    let got = outputs(&src, &strided);
+    let want = run(&src, &xs);
+    check("exp(x·x·(-0.5)) strided", &got[0], &xs);
+    for (i, (a, b)) in got[0].iter().zip(&want[0]).enumerate() {
+        assert!(
+            a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            "x = {}: {a} strided, {b} contiguous",
+            xs[i]
+        );
+    }
+}
