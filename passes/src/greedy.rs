@@ -3,6 +3,10 @@
 //! loop nests allow it (the same legality table as [`crate::egraph::fusion`]), else starts
 //! a kernel. It never looks ahead and never duplicates work, so it cannot trade a
 //! recomputation for a saved write, and it fuses into whichever producer comes first.
+//! Afterwards each pointwise kernel merges into the one kernel that reads its results
+//! (`merge_into_consumers`), which mends the splits the walk makes where an op's first
+//! operand comes from an eager kernel or an input. A join or merge that would make kernels
+//! depend on each other in a cycle is refused (reachability over the kernel graph).
 //!
 //! [`greedy_fuse_any_operand`] is the same walk trying every operand's kernel in turn (the
 //! first that can take the op): softmax's `x - max(x)` after a matmul epilogue wrote `x`
@@ -20,6 +24,7 @@ use std::collections::{HashMap, HashSet};
 
 struct Group {
     body: GroupBody,
+    /// the position of its first op in the graph
     first: usize,
 }
 
@@ -32,89 +37,163 @@ fn singleton(kind: GroupKind, ty: &TensorType, space: &TensorType) -> GroupBody 
     }
 }
 
-/// Moves each pointwise kernel that reads only graph inputs (or values made from them
-/// without a kernel: views, constants) and whose results are all read by one other kernel
-/// into that kernel, when the loop nests allow it and the kernel then reads at most
-/// [`MAX_GROUP_INPUTS`] values. The walk starts a kernel at the first op on an input
-/// (`p * (1 - lr·wd)` in an optimiser step) and, when the op consuming it joins a later
-/// kernel, leaves it alone: one more launch, its result written and read back, and the
-/// consumer reading the copy instead of the input (which then cannot be updated in place).
-fn absorb_input_producers(g: &Graph, group_of: &mut HashMap<NodeId, usize>, groups: &mut [Group]) {
+/// The kernels each value is read from: its own kernel, or for a value made without one
+/// (a view, a constant, an input), the kernels of what it is made from.
+struct Sources {
+    of: HashMap<NodeId, Vec<usize>>,
+}
+
+impl Sources {
+    fn new() -> Sources {
+        Sources { of: HashMap::new() }
+    }
+
+    /// Records `id`'s sources: `[gid]` when it is in a kernel, else those of its operands.
+    fn record(&mut self, id: NodeId, n: &kiln_ir::Node, gid: Option<usize>) {
+        let src = match gid {
+            Some(g) => vec![g],
+            None => {
+                let mut s: Vec<usize> = Vec::new();
+                for a in &n.args {
+                    if let Arg::Value(v) = a {
+                        for g in self.get(*v) {
+                            if !s.contains(g) {
+                                s.push(*g);
+                            }
+                        }
+                    }
+                }
+                s
+            }
+        };
+        self.of.insert(id, src);
+    }
+
+    fn get(&self, v: NodeId) -> &[usize] {
+        self.of.get(&v).map_or(&[], |s| s.as_slice())
+    }
+}
+
+/// Whether kernel `to` is reachable from kernel `from` along `deps` (each kernel's set of
+/// kernels it reads), `from` itself included.
+fn reaches(deps: &[HashSet<usize>], from: usize, to: usize) -> bool {
+    let mut seen: HashSet<usize> = HashSet::new();
+    let mut stack = vec![from];
+    while let Some(k) = stack.pop() {
+        if k == to {
+            return true;
+        }
+        if seen.insert(k) {
+            stack.extend(deps[k].iter().copied());
+        }
+    }
+    false
+}
+
+/// Merges each pointwise kernel into the one kernel that reads its results (directly, not
+/// through views; results that are graph outputs are still written), when the loop nests
+/// allow it, the merged kernel reads at most [`MAX_GROUP_INPUTS`] values and no other
+/// kernel lies between the two (which would make a cycle); repeated until nothing merges.
+/// The walk starts a kernel at every op whose first operand comes from an eager kernel or
+/// an input, so an optimiser update whose gradient an eager op made (an embedding's
+/// `index_add`) was split into one kernel per state tensor, each reading the gradient and
+/// writing its result for the next: four passes over the parameter instead of one. It
+/// also folds `p * (1 - lr·wd)`, started at an input, into the update that uses it.
+fn merge_into_consumers(g: &Graph, group_of: &mut HashMap<NodeId, usize>, groups: &mut [Group]) {
     let mut members: Vec<Vec<NodeId>> = vec![Vec::new(); groups.len()];
     let mut ids: Vec<(&NodeId, &usize)> = group_of.iter().collect();
     ids.sort();
     for (id, &gid) in ids {
         members[gid].push(*id);
     }
-    // values computed by a kernel, directly or through views
-    let mut from_kernel: HashSet<NodeId> = HashSet::new();
-    let mut users: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+    let mut sources = Sources::new();
+    let mut deps: Vec<HashSet<usize>> = vec![HashSet::new(); groups.len()];
+    // per kernel: the kernels that read its results directly, and whether one reads them
+    // through a view
+    let mut direct_readers: Vec<HashSet<usize>> = vec![HashSet::new(); groups.len()];
+    let mut viewed: Vec<bool> = vec![false; groups.len()];
     for (id, n) in g.nodes() {
-        let mut derived = group_of.contains_key(&id);
+        let gid = group_of.get(&id).copied();
+        sources.record(id, n, gid);
         for a in &n.args {
-            if let Arg::Value(v) = a {
-                users.entry(*v).or_default().push(id);
-                derived |= from_kernel.contains(v);
-            }
-        }
-        if derived {
-            from_kernel.insert(id);
-        }
-    }
-    let outputs: HashSet<NodeId> = g.outputs().iter().copied().collect();
-    for a in 0..groups.len() {
-        if groups[a].body.kind != GroupKind::Pointwise || members[a].is_empty() {
-            continue;
-        }
-        let mine: HashSet<NodeId> = members[a].iter().copied().collect();
-        let reads_inputs_only = members[a].iter().all(|m| {
-            g.node(*m).args.iter().all(|x| match x {
-                Arg::Value(v) => mine.contains(v) || !from_kernel.contains(v),
-                Arg::Scalar(_) => true,
-            })
-        });
-        if !reads_inputs_only || members[a].iter().any(|m| outputs.contains(m)) {
-            continue;
-        }
-        let mut consumer: Option<usize> = None;
-        let mut one_consumer = true;
-        for m in &members[a] {
-            for u in users.get(m).into_iter().flatten() {
-                match group_of.get(u) {
-                    Some(&gid) if gid == a => {}
-                    Some(&gid) if consumer.is_none_or(|c| c == gid) => consumer = Some(gid),
-                    _ => one_consumer = false,
+            let Arg::Value(v) = a else { continue };
+            let direct = group_of.get(v).copied();
+            let Some(me) = gid else { continue };
+            for &s in sources.get(*v) {
+                if me != s {
+                    deps[me].insert(s);
+                }
+                if direct == Some(s) {
+                    if me != s {
+                        direct_readers[s].insert(me);
+                    }
+                } else {
+                    viewed[s] = true;
                 }
             }
         }
-        let Some(b) = consumer.filter(|_| one_consumer) else {
-            continue;
-        };
-        if groups[b].body.kind == GroupKind::Copy {
-            continue;
+    }
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for a in 0..groups.len() {
+            if groups[a].body.kind != GroupKind::Pointwise || members[a].is_empty() || viewed[a] {
+                continue;
+            }
+            let readers: Vec<usize> = direct_readers[a].iter().copied().collect();
+            let [b] = readers[..] else { continue };
+            if groups[b].body.kind == GroupKind::Copy {
+                continue;
+            }
+            // another path from a to b (a → c → … → b) would make the merged kernel a cycle
+            if deps[b].iter().any(|&c| c != a && reaches(&deps, c, a)) {
+                continue;
+            }
+            let Some((kind, space)) = merged_kind(&groups[a].body, &groups[b].body) else {
+                continue;
+            };
+            let merged: HashSet<NodeId> = members[a].iter().chain(&members[b]).copied().collect();
+            let reads: HashSet<NodeId> = merged
+                .iter()
+                .flat_map(|m| g.node(*m).args.iter())
+                .filter_map(|x| match x {
+                    Arg::Value(v) if !merged.contains(v) => Some(*v),
+                    _ => None,
+                })
+                .collect();
+            if reads.len() > MAX_GROUP_INPUTS {
+                continue;
+            }
+            let moved = std::mem::take(&mut members[a]);
+            for m in &moved {
+                group_of.insert(*m, b);
+            }
+            members[b].extend(moved);
+            groups[b].body.kind = kind;
+            groups[b].body.space = space;
+            // b now reads what a read, and whoever read a reads b
+            let from_a = std::mem::take(&mut deps[a]);
+            deps[b].remove(&a);
+            deps[b].extend(from_a.into_iter().filter(|&c| c != b));
+            for (k, d) in deps.iter_mut().enumerate() {
+                if k != b && d.remove(&a) {
+                    d.insert(b);
+                }
+            }
+            for r in std::mem::take(&mut direct_readers[a]) {
+                if r != b {
+                    direct_readers[b].insert(r);
+                }
+            }
+            for r in direct_readers.iter_mut() {
+                if r.remove(&a) {
+                    r.insert(b);
+                }
+            }
+            direct_readers[b].remove(&b);
+            viewed[b] |= viewed[a];
+            changed = true;
         }
-        let Some((kind, space)) = merged_kind(&groups[a].body, &groups[b].body) else {
-            continue;
-        };
-        let merged: HashSet<NodeId> = members[a].iter().chain(&members[b]).copied().collect();
-        let reads: HashSet<NodeId> = merged
-            .iter()
-            .flat_map(|m| g.node(*m).args.iter())
-            .filter_map(|x| match x {
-                Arg::Value(v) if !merged.contains(v) => Some(*v),
-                _ => None,
-            })
-            .collect();
-        if reads.len() > MAX_GROUP_INPUTS {
-            continue;
-        }
-        let moved = std::mem::take(&mut members[a]);
-        for m in &moved {
-            group_of.insert(*m, b);
-        }
-        members[b].extend(moved);
-        groups[b].body.kind = kind;
-        groups[b].body.space = space;
     }
 }
 
@@ -132,9 +211,14 @@ pub fn greedy_fuse_any_operand(g: &Graph) -> Fused {
 fn greedy_walk(g: &Graph, any_operand: bool) -> Fused {
     let mut group_of: HashMap<NodeId, usize> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
-    let nodes: Vec<(NodeId, kiln_ir::Node)> = g.nodes().map(|(i, n)| (i, n.clone())).collect();
-    for (pos, (id, n)) in nodes.iter().enumerate() {
+    let mut sources = Sources::new();
+    // each kernel's set of kernels it reads (directly or through views)
+    let mut deps: Vec<HashSet<usize>> = Vec::new();
+    let position: HashMap<NodeId, usize> =
+        g.nodes().enumerate().map(|(i, (id, _))| (id, i)).collect();
+    for (pos, (id, n)) in g.nodes().enumerate() {
         if n.op == Op::Input || n.op.is_view() || n.op.is_creation() {
+            sources.record(id, n, None);
             continue;
         }
         let kind = kind_of(&n.op).unwrap_or(GroupKind::Copy);
@@ -161,14 +245,20 @@ fn greedy_walk(g: &Graph, any_operand: bool) -> Fused {
                 return None;
             }
             let (k, space) = merged_kind(&groups[gid].body, &me)?;
-            // joining must not need a value another kernel computes after this one starts
+            // joining must not make the kernel read a value computed from its own results (a
+            // view of them, or another kernel's value that depends on them), and the walk
+            // joins only operands computed before the kernel starts: letting a matmul's
+            // epilogue take `g + wd·p` splits the optimiser update that would have read it
+            // (`wd·p` alone, then the rest) where [`merge_into_consumers`] can mend it
             let acyclic = n.args.iter().all(|a| match a {
-                Arg::Value(v) => match group_of.get(v) {
-                    Some(other) if *other != gid => {
-                        nodes.iter().position(|(i, _)| i == v).unwrap_or(0) < groups[gid].first
-                    }
-                    _ => true,
-                },
+                Arg::Value(v) if group_of.get(v) == Some(&gid) => true,
+                Arg::Value(v) => {
+                    (!group_of.contains_key(v) || position[v] < groups[gid].first)
+                        && sources
+                            .get(*v)
+                            .iter()
+                            .all(|&other| !reaches(&deps, other, gid))
+                }
                 Arg::Scalar(_) => true,
             });
             acyclic.then_some((gid, k, space))
@@ -187,12 +277,19 @@ fn greedy_walk(g: &Graph, any_operand: bool) -> Fused {
                     body: me,
                     first: pos,
                 });
+                deps.push(HashSet::new());
                 groups.len() - 1
             }
         };
-        group_of.insert(*id, gid);
+        for a in &n.args {
+            if let Arg::Value(v) = a {
+                deps[gid].extend(sources.get(*v).iter().filter(|&&s| s != gid));
+            }
+        }
+        group_of.insert(id, gid);
+        sources.record(id, n, Some(gid));
     }
-    absorb_input_producers(g, &mut group_of, &mut groups);
+    merge_into_consumers(g, &mut group_of, &mut groups);
     let tags = group_of.into_iter().map(|(id, gid)| {
         (
             id,

@@ -258,27 +258,14 @@ graph @scores(%q: f32[2,4,16,8], %k: f32[2,4,8,16], %m: f32[2,1,1,16], %r: f32[2
 /// Cases where the e-graph's cost-based choice beats greedy left-to-right fusion, with why.
 #[test]
 fn cost_based_fusion_beats_greedy() {
-    let cases: [(&str, &str); 4] = [
+    let cases: [(&str, &str); 2] = [
         (
             "norms",
             "layer_norm, rms_norm and softmax decomposed over [B,T,64]: greedy breaks each \
              norm where an op's first operand comes from another kernel (the centred x feeds \
-             both the variance and the output) and writes full-row intermediates: 9 kernels. \
-             The e-graph fuses the row statistics with the ops that use them: 3 kernels and \
-             a fifth of the bytes.",
-        ),
-        (
-            "rope",
-            "rotary embedding: two halves sliced, rotated and recombined with cos/sin tables; \
-             greedy starts a kernel at every op whose first operand is a view or another \
-             branch, the e-graph fuses both halves' products into their sums.",
-        ),
-        (
-            "where_relu_clamp",
-            "where(x>0, x, 0), maximum/minimum clamps and nested wheres over one x: greedy \
-             follows first operands and leaves the branches in 3 kernels writing [N,16] \
-             intermediates; the e-graph rewrites where(c, x, x) to x and fuses each returned \
-             value's producers into its kernel.",
+             both the variance and the output) and writes full-row intermediates: 6 kernels \
+             once each kernel is merged into its one consumer. The e-graph fuses the row \
+             statistics with the ops that use them: 3 kernels and under a third of the bytes.",
         ),
         (
             "transpose_twice",
@@ -307,6 +294,63 @@ fn cost_based_fusion_beats_greedy() {
                 summary(&greedy),
                 summary(&best)
             )
+        );
+    }
+}
+
+/// Greedy fusion merges a pointwise kernel into the one kernel that reads its results, when
+/// no other kernel lies between them. AdamW on an embedding, whose gradient an eager
+/// `index_add` makes: the walk starts a kernel at every op whose first operand is that
+/// gradient or an input (the first moment, the second moment, the denominator, the
+/// decayed parameter), each writing its result for the next; merged, the whole update is
+/// one pass over the table (the f64 bias corrections stay in their scalar kernel). On the
+/// rotary embedding the merge reaches the e-graph's program (each half's products fused
+/// into the sums that read them), and on `where_relu_clamp` (nested wheres and clamps over
+/// one x) it beats it: one kernel where the extraction keeps three. Both beat the walk
+/// before the merge.
+#[test]
+fn greedy_merges_kernels_into_their_one_consumer() {
+    let g = graph("embedding_adamw");
+    let d = run_passes(&g, &["decompose"], &PassOptions::default(), true).unwrap();
+    for greedy in [greedy_fuse(&d.graph), greedy_fuse_any_operand(&d.graph)] {
+        let s = schedule(&greedy).unwrap();
+        let mut kernels: Vec<(String, &str, usize)> = s
+            .kernels
+            .iter()
+            .map(|k| (k.space.to_string(), k.kind.name(), k.outputs.len()))
+            .collect();
+        kernels.sort();
+        // the fill and the index_add; the f64 step and bias corrections; the update,
+        // writing the parameter and both moments
+        assert_eq!(
+            kernels,
+            vec![
+                ("f32[50,8]".to_string(), "copy", 1),
+                ("f32[50,8]".to_string(), "copy", 1),
+                ("f32[50,8]".to_string(), "pointwise", 3),
+                ("f64[]".to_string(), "pointwise", 3),
+            ],
+            "{}",
+            summary(&s)
+        );
+        let x = inputs(&d.graph, 5);
+        let want = eval(&g, &x).unwrap();
+        let got = eval(&greedy.graph, &x).unwrap();
+        for (w, r) in want.iter().zip(&got) {
+            close(w, r).unwrap();
+        }
+    }
+    for name in ["rope", "where_relu_clamp"] {
+        let g = graph(name);
+        let d = run_passes(&g, &["decompose"], &PassOptions::default(), true).unwrap();
+        let greedy = schedule(&greedy_fuse(&d.graph)).unwrap();
+        let o = optimize(&d.graph, &OptimizeOptions::default()).unwrap();
+        let best = schedule(&o.extracted).unwrap();
+        assert!(
+            greedy.cost(64) <= best.cost(64),
+            "{name}: greedy {} vs e-graph {}",
+            summary(&greedy),
+            summary(&best)
         );
     }
 }
