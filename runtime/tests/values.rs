@@ -727,3 +727,100 @@ fn index_add_into_an_owned_destination_equals_execute() {
     let e = index_add_owned(x.deep_copy(), 0, &idx, &src).expect_err("index 4 of 3");
     assert!(e.to_string().contains("index_add"), "{e}");
 }
+
+/// `op` over `dims` of `x` computed naively in f64 (row-major, reduced dims folded in order).
+fn reduce_reference(op: ReduceOp, x: &CpuTensor, dims: &[usize]) -> Vec<f64> {
+    let shape = x.shape().to_vec();
+    let v = x.to_f64_vec();
+    let out_shape: Vec<usize> = (0..shape.len())
+        .filter(|d| !dims.contains(d))
+        .map(|d| shape[d])
+        .collect();
+    let n_out: usize = out_shape.iter().product();
+    let mut acc: Vec<Vec<f64>> = vec![Vec::new(); n_out];
+    for (flat, &val) in v.iter().enumerate() {
+        let mut rem = flat;
+        let mut idx = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            idx[d] = rem % shape[d];
+            rem /= shape[d];
+        }
+        let mut o = 0;
+        for d in 0..shape.len() {
+            if !dims.contains(&d) {
+                o = o * shape[d] + idx[d];
+            }
+        }
+        acc[o].push(val);
+    }
+    acc.into_iter()
+        .map(|xs| match op {
+            ReduceOp::Sum => xs.iter().sum(),
+            ReduceOp::Mean => xs.iter().sum::<f64>() / xs.len() as f64,
+            ReduceOp::Max if xs.iter().any(|x| x.is_nan()) => f64::NAN,
+            ReduceOp::Min if xs.iter().any(|x| x.is_nan()) => f64::NAN,
+            ReduceOp::Max => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ReduceOp::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
+        })
+        .collect()
+}
+
+/// Many reduced rows into few output columns (a bias's gradient: `[B,T,N]` summed over
+/// `B` and `T`): every op, float and int, NaN propagation, leading and middle reduced
+/// dims, and strided layouts, against a naive f64 reference; the sum of ones counts
+/// exactly.
+#[test]
+fn reductions_of_many_rows_into_few_columns_match_a_reference() {
+    let cases: [(&[usize], &[usize]); 4] = [
+        (&[8, 128, 384], &[0, 1]),
+        (&[3, 700, 20], &[1]),
+        (&[20000, 5], &[0]),
+        (&[2, 30000, 3], &[0, 1]),
+    ];
+    for (shape, dims) in cases {
+        let mut x = randn(shape, DType::F32, 11);
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+            if op == ReduceOp::Max {
+                // one NaN in one output column
+                let mut v = x.to_f64_vec();
+                v[shape.iter().product::<usize>() / 2] = f64::NAN;
+                x = t(&v, shape, DType::F32);
+            }
+            let want = reduce_reference(op, &x, dims);
+            for xl in std::iter::once(x.clone()).chain(layouts(&x)) {
+                let got = ex(
+                    Op::Reduce {
+                        op,
+                        dims: dims.iter().map(|&d| d as i64).collect(),
+                        keepdim: false,
+                        dtype: None,
+                    },
+                    &[&xl],
+                );
+                assert_close(&got.to_f64_vec(), &want, 1e-5, 1e-5);
+            }
+        }
+        let ones = ex(
+            Op::Full {
+                shape: Shape::of(shape),
+                value: Scalar::Int(1),
+                dtype: DType::I32,
+            },
+            &[],
+        );
+        let got = ex(
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                dims: dims.iter().map(|&d| d as i64).collect(),
+                keepdim: false,
+                dtype: None,
+            },
+            &[&ones],
+        );
+        let count: usize = dims.iter().map(|&d| shape[d]).product();
+        assert_eq!(
+            got.to_vec::<i64>().unwrap(),
+            vec![count as i64; reduce_reference(ReduceOp::Sum, &ones, dims).len()]
+        );
+    }
+}
