@@ -112,7 +112,16 @@ impl Fused {
             if n.op == Op::Input || n.op.is_view() || n.op.is_creation() {
                 continue;
             }
-            let kind = GroupKind::of(&n.op).unwrap_or(GroupKind::Copy);
+            let several = match n.args.first() {
+                Some(Arg::Value(x)) => {
+                    crate::egraph::fusion::folds_several_dims(&n.op, &g.node(*x).ty)
+                }
+                _ => false,
+            };
+            let kind = match GroupKind::of(&n.op) {
+                Some(k) if !several => k,
+                _ => GroupKind::Copy,
+            };
             tags.push((
                 id,
                 KernelTag {

@@ -353,7 +353,14 @@ impl Emitter<'_, '_> {
                     .collect::<Result<Vec<_>, _>>()?;
                 let op = o.expect_op().clone();
                 let kernel = !(op.is_view() || op.is_creation());
-                let kind = GroupKind::of(&op).unwrap_or(GroupKind::Copy);
+                let several = match args.first() {
+                    Some(Arg::Value(x)) => fusion::folds_several_dims(&op, &self.out.node(*x).ty),
+                    _ => false,
+                };
+                let kind = match GroupKind::of(&op) {
+                    Some(k) if !several => k,
+                    _ => GroupKind::Copy,
+                };
                 let n = self.out.add_op(op, &args, self.loc_of(id)).map_err(bad)?;
                 if kernel {
                     self.tags.push((

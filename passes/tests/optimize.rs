@@ -263,9 +263,11 @@ fn cost_based_fusion_beats_greedy() {
             "norms",
             "layer_norm, rms_norm and softmax decomposed over [B,T,64]: greedy breaks each \
              norm where an op's first operand comes from another kernel (the centred x feeds \
-             both the variance and the output) and writes full-row intermediates: 6 kernels \
+             both the variance and the output) and writes full-row intermediates: 9 kernels \
              once each kernel is merged into its one consumer. The e-graph fuses the row \
-             statistics with the ops that use them: 3 kernels and under a third of the bytes.",
+             statistics with the ops that use them: 6 kernels and under half the bytes \
+             (the statistics over the last two dims are reductions of their own in both, \
+             as the loop nests reduce one dim).",
         ),
         (
             "transpose_twice",
@@ -353,6 +355,73 @@ fn greedy_merges_kernels_into_their_one_consumer() {
             summary(&best)
         );
     }
+}
+
+/// A reduction folding several dims (a bias's gradient, `[B,T,N]` summed over B and T) has
+/// no loop nest, so it runs eagerly: fused with the product before it and the optimiser
+/// ops after it, it took them eager too. It stays a kernel of its own in every candidate,
+/// while the same reduction over `[1,T,N]` (one dim folds) still fuses.
+#[test]
+fn reductions_over_several_dims_stay_out_of_fused_groups() {
+    let text = r#"
+graph @bias_grad(%a: f32[B,T,16], %b: f32[B,T,16], %p: f32[16]) -> f32[16] {
+  %0 = mul %a, %b : f32[B,T,16]
+  %1 = sum %0 {dims = [0, 1], keepdim = false} : f32[16]
+  %2 = mul %1, 0.1 : f32[16]
+  %3 = sub %p, %2 : f32[16]
+  return %3
+}
+
+graph @one_fold(%a: f32[1,T,16], %b: f32[1,T,16], %p: f32[16]) -> f32[16] {
+  %0 = mul %a, %b : f32[1,T,16]
+  %1 = sum %0 {dims = [0, 1], keepdim = false} : f32[16]
+  %2 = mul %1, 0.1 : f32[16]
+  %3 = sub %p, %2 : f32[16]
+  return %3
+}
+"#;
+    let graphs = parse_module(text).unwrap();
+    let kinds = |s: &Schedule| {
+        let mut k: Vec<(String, usize)> = s
+            .kernels
+            .iter()
+            .map(|k| (k.kind.name().to_string(), k.nodes.len()))
+            .collect();
+        k.sort();
+        k
+    };
+    let d = run_passes(&graphs[0], &["decompose"], &PassOptions::default(), true).unwrap();
+    let o = optimize(&d.graph, &OptimizeOptions::default()).unwrap();
+    let candidates = [
+        ("greedy", greedy_fuse(&d.graph)),
+        ("any operand", greedy_fuse_any_operand(&d.graph)),
+        ("e-graph", o.extracted),
+        ("pipeline", pipeline(&graphs[0])),
+    ];
+    for (name, f) in candidates {
+        let s = schedule(&f).unwrap();
+        assert_eq!(
+            kinds(&s),
+            vec![
+                ("copy".to_string(), 1),
+                ("pointwise".to_string(), 1),
+                ("pointwise".to_string(), 2)
+            ],
+            "{name}: {}",
+            summary(&s)
+        );
+        let x = inputs(&graphs[0], 9);
+        let want = eval(&graphs[0], &x).unwrap();
+        let got = eval(&f.graph, &x).unwrap();
+        close(&want[0], &got[0]).unwrap();
+    }
+    let one = schedule(&pipeline(&graphs[1])).unwrap();
+    assert_eq!(
+        kinds(&one),
+        vec![("reduction".to_string(), 4)],
+        "{}",
+        summary(&one)
+    );
 }
 
 /// Greedy fusion moves a pointwise kernel that reads only graph inputs into the one kernel

@@ -47,6 +47,31 @@ pub(crate) fn kind_of(op: &Op) -> Option<GroupKind> {
     GroupKind::of(op)
 }
 
+/// Whether `op` is a reduction that folds more than one dim of `input` (size-1 dims fold
+/// nothing; a symbolic dim counts). The loop nests have one reduced loop, so such a
+/// reduction (a bias's gradient, `[B,T,N]` summed over `B` and `T`) runs as an eager kernel;
+/// fused with the pointwise ops around it, it would take them eager too (each allocating
+/// and writing a full-size tensor), so it is kept out of fused groups.
+pub(crate) fn folds_several_dims(op: &Op, input: &TensorType) -> bool {
+    let Op::Reduce { dims, .. } = op else {
+        return false;
+    };
+    let shape = input.shape.dims();
+    let rank = shape.len();
+    let reduced: Vec<usize> = if dims.is_empty() {
+        (0..rank).collect()
+    } else {
+        let mut r: Vec<usize> = dims
+            .iter()
+            .filter_map(|&d| kiln_ir::shape::normalize_dim(d, rank))
+            .collect();
+        r.sort_unstable();
+        r.dedup();
+        r
+    };
+    reduced.iter().filter(|&&d| !shape[d].is_one()).count() > 1
+}
+
 /// Copies `src`'s nodes into `dst` with `src`'s inputs bound to `inputs`; returns the node
 /// of `src`'s (single) output. A node equal to one already in `dst` (same op, same
 /// operands) is reused, so merged bodies compute a shared prefix once; with `reuse_dst`
@@ -138,6 +163,11 @@ fn wrap(egraph: &mut TEGraph, id: Id) -> Vec<Id> {
         }
         let op = oid.expect_op().clone();
         let Some(kind) = kind_of(&op) else { continue };
+        if let Some(ClassData::Tensor { ty, .. }) = args.first().map(|a| &egraph[*a].data) {
+            if folds_several_dims(&op, ty) {
+                continue;
+            }
+        }
         let mut body = Graph::new("group");
         let mut inputs: Vec<Id> = Vec::new();
         let mut gargs: Vec<Arg> = Vec::new();
