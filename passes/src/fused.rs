@@ -112,16 +112,7 @@ impl Fused {
             if n.op == Op::Input || n.op.is_view() || n.op.is_creation() {
                 continue;
             }
-            let several = match n.args.first() {
-                Some(Arg::Value(x)) => {
-                    crate::egraph::fusion::folds_several_dims(&n.op, &g.node(*x).ty)
-                }
-                _ => false,
-            };
-            let kind = match GroupKind::of(&n.op) {
-                Some(k) if !several => k,
-                _ => GroupKind::Copy,
-            };
+            let kind = crate::egraph::fusion::node_kind(&g, &n.op, &n.args);
             tags.push((
                 id,
                 KernelTag {

@@ -16,7 +16,7 @@
 //! pass keeps the cheapest of the e-graph's extraction and both walks.
 
 use crate::egraph::fusion::MAX_GROUP_INPUTS;
-use crate::egraph::fusion::{folds_several_dims, kind_of, merged_kind};
+use crate::egraph::fusion::{merged_kind, node_kind};
 use crate::egraph::lang::GroupBody;
 use crate::fused::{Fused, GroupKind, KernelTag};
 use kiln_ir::{Arg, Graph, NodeId, Op, TensorType};
@@ -221,14 +221,7 @@ fn greedy_walk(g: &Graph, any_operand: bool) -> Fused {
             sources.record(id, n, None);
             continue;
         }
-        let several = match n.args.first() {
-            Some(Arg::Value(x)) => folds_several_dims(&n.op, &g.node(*x).ty),
-            _ => false,
-        };
-        let kind = match kind_of(&n.op) {
-            Some(k) if !several => k,
-            _ => GroupKind::Copy,
-        };
+        let kind = node_kind(g, &n.op, &n.args);
         let space = match (kind, n.args.first()) {
             (GroupKind::Reduction | GroupKind::Row, Some(Arg::Value(v))) => g.node(*v).ty.clone(),
             _ => n.ty.clone(),

@@ -18,7 +18,7 @@ use crate::egraph::analysis::{self, add_lit};
 use crate::egraph::cost::KernelCost;
 use crate::egraph::lang::TNode;
 use crate::egraph::{fusion, TEGraph, TensorAnalysis};
-use crate::fused::{Fused, GroupKind, KernelTag};
+use crate::fused::{Fused, KernelTag};
 use crate::PassError;
 use egg::{Extractor, Id, Runner, SimpleScheduler, StopReason};
 use kiln_ir::{Arg, Graph, NodeId, Op};
@@ -353,14 +353,7 @@ impl Emitter<'_, '_> {
                     .collect::<Result<Vec<_>, _>>()?;
                 let op = o.expect_op().clone();
                 let kernel = !(op.is_view() || op.is_creation());
-                let several = match args.first() {
-                    Some(Arg::Value(x)) => fusion::folds_several_dims(&op, &self.out.node(*x).ty),
-                    _ => false,
-                };
-                let kind = match GroupKind::of(&op) {
-                    Some(k) if !several => k,
-                    _ => GroupKind::Copy,
-                };
+                let kind = fusion::node_kind(&self.out, &op, &args);
                 let n = self.out.add_op(op, &args, self.loc_of(id)).map_err(bad)?;
                 if kernel {
                     self.tags.push((

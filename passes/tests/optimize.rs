@@ -255,6 +255,15 @@ graph @scores(%q: f32[2,4,16,8], %k: f32[2,4,8,16], %m: f32[2,1,1,16], %r: f32[2
     );
 }
 
+/// Corpus graph `name`, decomposed, scheduled as the first-operand greedy walk fuses it and
+/// as the e-graph's extraction does.
+fn greedy_and_egraph(name: &str) -> (Schedule, Schedule) {
+    let d = run_passes(&graph(name), &["decompose"], &PassOptions::default(), true).unwrap();
+    let greedy = schedule(&greedy_fuse(&d.graph)).unwrap();
+    let o = optimize(&d.graph, &OptimizeOptions::default()).unwrap();
+    (greedy, schedule(&o.extracted).unwrap())
+}
+
 /// Cases where the e-graph's cost-based choice beats greedy left-to-right fusion, with why.
 #[test]
 fn cost_based_fusion_beats_greedy() {
@@ -278,11 +287,7 @@ fn cost_based_fusion_beats_greedy() {
         ),
     ];
     for (name, why) in cases {
-        let g = graph(name);
-        let d = run_passes(&g, &["decompose"], &PassOptions::default(), true).unwrap();
-        let greedy = schedule(&greedy_fuse(&d.graph)).unwrap();
-        let o = optimize(&d.graph, &OptimizeOptions::default()).unwrap();
-        let best = schedule(&o.extracted).unwrap();
+        let (greedy, best) = greedy_and_egraph(name);
         assert!(
             best.cost(64) < greedy.cost(64),
             "{name}: e-graph {} vs greedy {}",
@@ -343,11 +348,7 @@ fn greedy_merges_kernels_into_their_one_consumer() {
         }
     }
     for name in ["rope", "where_relu_clamp"] {
-        let g = graph(name);
-        let d = run_passes(&g, &["decompose"], &PassOptions::default(), true).unwrap();
-        let greedy = schedule(&greedy_fuse(&d.graph)).unwrap();
-        let o = optimize(&d.graph, &OptimizeOptions::default()).unwrap();
-        let best = schedule(&o.extracted).unwrap();
+        let (greedy, best) = greedy_and_egraph(name);
         assert!(
             greedy.cost(64) <= best.cost(64),
             "{name}: greedy {} vs e-graph {}",
@@ -431,11 +432,7 @@ graph @one_fold(%a: f32[1,T,16], %b: f32[1,T,16], %p: f32[16]) -> f32[16] {
 #[test]
 fn greedy_absorbs_kernels_that_read_only_inputs() {
     for name in ["pointwise", "gelu_tanh_by_hand"] {
-        let g = graph(name);
-        let d = run_passes(&g, &["decompose"], &PassOptions::default(), true).unwrap();
-        let greedy = schedule(&greedy_fuse(&d.graph)).unwrap();
-        let o = optimize(&d.graph, &OptimizeOptions::default()).unwrap();
-        let best = schedule(&o.extracted).unwrap();
+        let (greedy, best) = greedy_and_egraph(name);
         assert_eq!(greedy.kernels.len(), 1, "{name}: {}", summary(&greedy));
         assert!(
             greedy.cost(64) <= best.cost(64),

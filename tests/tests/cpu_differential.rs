@@ -2126,6 +2126,37 @@ fn layout_ops(fusion: bool) {
         ("batched triu", vec![2, 4, 4], |x| {
             Ok(vec![x[0].triu(1)?, x[0].tril(0)?.mul(&x[0])?])
         }),
+        // a product summed over two leading dims (a bias's gradient: its own eager kernel,
+        // the ops around it compiled) and an update of a parameter-sized value
+        (
+            "sum over two dims between pointwise ops",
+            vec![3, 5, 7],
+            |x| {
+                let p = x[0].slice(0, 0, 1, 1)?.reshape(&[5, 7])?;
+                let g = x[0].mul(&x[0].tanh()?)?.sum(&[0, 1], false)?;
+                Ok(vec![
+                    g.mul(0.1)?.sub(&p.sum(&[0], false)?)?,
+                    x[0].exp()?.sum(&[0, 2], true)?.add(1.0)?,
+                ])
+            },
+        ),
+        // AdamW's moments and step on an index_add gradient: one kernel after the add
+        (
+            "optimiser update of an index_add gradient",
+            vec![9, 50],
+            |x| {
+                let rows = Tensor::from_vec(vec![0i64, 8, 3, 3, 5, 1], &[6])?;
+                let src = x[0].index_select(0, &rows)?.mul(0.5)?;
+                let grad = x[0].mul(0.0)?.index_add(0, &rows, &src)?;
+                let m = x[0].tanh()?;
+                let v = x[0].mul(&x[0])?;
+                let m2 = m.add(&grad.sub(&m)?.mul(0.1)?)?;
+                let v2 = v.mul(0.999)?.add(&grad.mul(&grad)?.mul(0.001)?)?;
+                let step = m2.div(&v2.sqrt()?.add(1e-8)?)?;
+                let p2 = x[0].mul(0.99999)?.sub(&step.mul(0.001)?)?;
+                Ok(vec![p2, m2, v2])
+            },
+        ),
     ];
     for (i, (name, shape, f)) in cases.into_iter().enumerate() {
         let xs = single_input_layouts(&shape, Dist::Normal, 1600 + i as u64);

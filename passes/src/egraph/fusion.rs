@@ -72,6 +72,20 @@ pub(crate) fn folds_several_dims(op: &Op, input: &TensorType) -> bool {
     reduced.iter().filter(|&&d| !shape[d].is_one()).count() > 1
 }
 
+/// The kernel kind of op `op` of a graph node reading `args` in `g`: its [`kind_of`], or
+/// [`GroupKind::Copy`] (a kernel of its own, run eagerly) for an op with none and for a
+/// reduction that [folds several dims](folds_several_dims).
+pub(crate) fn node_kind(g: &Graph, op: &Op, args: &[Arg]) -> GroupKind {
+    let several = match args.first() {
+        Some(Arg::Value(x)) => folds_several_dims(op, &g.node(*x).ty),
+        _ => false,
+    };
+    match kind_of(op) {
+        Some(k) if !several => k,
+        _ => GroupKind::Copy,
+    }
+}
+
 /// Copies `src`'s nodes into `dst` with `src`'s inputs bound to `inputs`; returns the node
 /// of `src`'s (single) output. A node equal to one already in `dst` (same op, same
 /// operands) is reused, so merged bodies compute a shared prefix once; with `reuse_dst`
