@@ -324,6 +324,11 @@ fn matmuls() {
     let b = randn(&[96, 80], DType::F32, 25);
     check(Op::Matmul, &[&a, &b], 0, 1e-5);
     check(Op::Matmul, &[&a, &b], 1, 1e-5);
+    // A batch of items each large enough for gemm's threads: one thread per item instead.
+    let a = randn(&[3, 64, 80], DType::F32, 124);
+    let b = randn(&[3, 80, 64], DType::F32, 125);
+    check(Op::Matmul, &[&a, &b], 0, 1e-5);
+    check(Op::Matmul, &[&a, &b], 1, 1e-5);
 }
 
 #[test]
