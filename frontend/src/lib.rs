@@ -19,6 +19,7 @@ pub mod compile;
 pub mod cuda_tensor;
 mod display;
 mod error;
+pub mod fuzz;
 pub mod graph_exec;
 pub mod io;
 pub mod models;

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 mod dtype;
+pub mod gen;
 mod graph;
 pub mod infer;
 pub mod interp;

@@ -4,6 +4,7 @@ mod bench;
 mod demo;
 mod dump;
 mod embed;
+mod fuzz;
 mod inputs;
 mod run;
 mod train;
@@ -26,8 +27,12 @@ pub enum Backend {
     Interp,
     /// the eager runtime, one kernel per node
     Eager,
-    /// generated CPU code (decomposed, fused, compiled with Cranelift)
+    /// `kiln::compile` with the cpu backend: decomposed, fused (unless `--unfused`),
+    /// Cranelift machine code
     Cpu,
+    /// `kiln::compile` with the cuda backend: CUDA C per kernel group on the device
+    /// `KILN_CUDA_DEVICE` names (`emulated`: the CPU, through g++)
+    Cuda,
 }
 
 #[derive(Subcommand, Debug)]
@@ -59,6 +64,11 @@ enum Command {
     Grad(run::RunArgs),
     /// Show kiln working: eager tensors, a graph in the text format, interpreter vs eager.
     Demo,
+    /// Differential fuzzing: random graphs from the op table, compiled (cpu fused and
+    /// unfused, interp, optionally cuda) against eager on odd and unit sizes, transposed
+    /// inputs and special values; each divergence is minimised into tests/regressions/.
+    /// Exits non-zero on a divergence.
+    Fuzz(fuzz::FuzzArgs),
     /// Run optimiser passes on a .kir file and print the result (like mlir-opt).
     Opt {
         /// the IR file
@@ -181,6 +191,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Run(args) => run::run(&args),
         Command::Grad(args) => run::grad(&args),
         Command::Demo => demo::demo(),
+        Command::Fuzz(args) => fuzz::fuzz(&args),
         Command::Opt { file, passes } => dump::opt(&file, &passes),
         Command::Bench(args) => Ok(bench::bench(&args)?),
         Command::Train(args) => train::train(&args),

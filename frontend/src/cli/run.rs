@@ -1,10 +1,13 @@
-//! `kiln run FILE.kir`: run a graph on the interpreter, the eager runtime or generated CPU
-//! code, print each output's type, first values and checksums, and optionally save them.
+//! `kiln run FILE.kir`: run a graph on the interpreter, the eager runtime or compiled (the
+//! cpu or cuda backend of `kiln::compile`, fused or not), print each output's type, first
+//! values and checksums, and optionally save them: a miscompile found anywhere (`kiln fuzz`
+//! writes such files) reproduces from the file.
 //! `kiln grad FILE.kir`: the same for the graph's joint forward and backward graph (the
 //! `grad` pass), its gradients named `grad_<input>`.
 
 use super::inputs::make_inputs;
 use super::{read_module, Backend, CliError};
+use kiln::graph_exec::replay;
 use kiln::ir::interp::{eval, Value};
 use kiln::Tensor;
 use std::path::PathBuf;
@@ -30,6 +33,9 @@ pub struct RunArgs {
     /// the executor
     #[arg(long, value_enum, default_value_t = Backend::Interp)]
     pub backend: Backend,
+    /// with `--backend cpu`: every op its own kernel (no fusion)
+    #[arg(long)]
+    pub unfused: bool,
     /// size of a symbolic dim for random inputs, e.g. `--dim B=4` (repeatable)
     #[arg(long = "dim", value_parser = super::parse_dim)]
     pub dims: Vec<(String, usize)>,
@@ -86,8 +92,14 @@ fn pick_graph(a: &RunArgs) -> Result<kiln::Graph, CliError> {
     Ok(g)
 }
 
-/// Runs `g` on `inputs` (in graph input order) with `backend`.
-fn execute(g: &kiln::Graph, inputs: &[Tensor], backend: Backend) -> Result<Vec<Tensor>, CliError> {
+/// Runs `g` on `inputs` (in graph input order) with `backend`: the compiled backends
+/// through `kiln::compile` of the graph replayed as user code, as `kiln fuzz` runs it.
+fn execute(
+    g: &kiln::Graph,
+    inputs: &[Tensor],
+    backend: Backend,
+    unfused: bool,
+) -> Result<Vec<Tensor>, CliError> {
     Ok(match backend {
         Backend::Interp => {
             let values = inputs.iter().map(to_value).collect::<Result<Vec<_>, _>>()?;
@@ -97,18 +109,18 @@ fn execute(g: &kiln::Graph, inputs: &[Tensor], backend: Backend) -> Result<Vec<T
                 .collect::<Result<_, _>>()?
         }
         Backend::Eager => kiln::graph_exec::run_graph(g, inputs)?,
-        Backend::Cpu => {
-            use kiln_passes::pipeline::{run_passes, PassOptions};
-            let opts = PassOptions::rendering(kiln_codegen::cpu::renders);
-            let fused = run_passes(g, &["decompose", "fuse"], &opts, false)?;
-            let schedule = kiln_passes::schedule::schedule(&fused)?;
-            let codegen = kiln_codegen::CodegenOptions::from_env();
-            let plan = kiln_codegen::cpu::CpuPlan::with_options(&schedule, &codegen)?;
-            let cpu = inputs
-                .iter()
-                .map(|t| t.as_cpu())
-                .collect::<Result<Vec<_>, _>>()?;
-            plan.run(&cpu)?.into_iter().map(Tensor::from_cpu).collect()
+        Backend::Cpu | Backend::Cuda => {
+            let backend = if backend == Backend::Cpu {
+                kiln::Backend::Cpu
+            } else {
+                kiln::Backend::Cuda
+            };
+            let opts = kiln::CompileOptions::default()
+                .name(g.name())
+                .backend(backend)
+                .fusion(!unfused);
+            let graph = g.clone();
+            kiln::compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts).call(inputs)?
         }
     })
 }
@@ -117,7 +129,7 @@ fn execute(g: &kiln::Graph, inputs: &[Tensor], backend: Backend) -> Result<Vec<T
 pub fn run(a: &RunArgs) -> Result<(), CliError> {
     let g = pick_graph(a)?;
     let inputs = make_inputs(&g, a.seed, a.inputs.as_deref(), &a.dims)?;
-    let outputs = execute(&g, &inputs, a.backend)?;
+    let outputs = execute(&g, &inputs, a.backend, a.unfused)?;
     let named: Vec<(String, Tensor)> = outputs
         .into_iter()
         .enumerate()
@@ -132,7 +144,7 @@ pub fn grad(a: &RunArgs) -> Result<(), CliError> {
     let g = pick_graph(a)?;
     let joint = kiln_passes::grad::grad(&g)?;
     let inputs = make_inputs(&g, a.seed, a.inputs.as_deref(), &a.dims)?;
-    let outputs = execute(&joint, &inputs, a.backend)?;
+    let outputs = execute(&joint, &inputs, a.backend, a.unfused)?;
     let names: Vec<String> = (0..g.outputs().len())
         .map(|i| format!("out{i}"))
         .chain(

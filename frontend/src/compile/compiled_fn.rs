@@ -442,10 +442,32 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 } else {
                     generalize(&graph, n_args, &dynamic, previous)
                 };
-                let symbolic = general.is_some();
-                let graph = general.unwrap_or(graph);
+                let mut symbolic = general.is_some();
+                let (graph, training) = match general {
+                    Some(general) => {
+                        match build_training(&general, flat, &params, &effects, opts) {
+                            Ok(training) => (general, training),
+                            // a derivative that needs a size the symbols hide (a count
+                            // over a symbolic dim, a slice of one): this shape's own graph
+                            Err(e) => {
+                                tracing::info!(
+                                    target: "kiln::recompiles",
+                                    "@{}: training graph over symbolic sizes failed ({e}); compiling these sizes statically",
+                                    opts.name
+                                );
+                                symbolic = false;
+                                let training =
+                                    build_training(&graph, flat, &params, &effects, opts)?;
+                                (graph, training)
+                            }
+                        }
+                    }
+                    None => {
+                        let training = build_training(&graph, flat, &params, &effects, opts)?;
+                        (graph, training)
+                    }
+                };
                 logs::log_graph(&graph);
-                let training = build_training(&graph, flat, &params, &effects, opts)?;
                 let exe: Arc<dyn Executable> = match &training {
                     // the training forward runs instead
                     Some(_) => {

@@ -4,6 +4,7 @@
 use super::index::{broadcast_strides, for_each_offsets, gather, numel, strides};
 use super::reduce::norm_dim;
 use super::{tensor, Fail, Operand, Out, Value};
+use crate::DType;
 
 /// `torch.matmul`: 1-d operands are promoted (a `[k]` on the left is a row `[1,k]`, on the
 /// right a column `[k,1]`) and the added dim is dropped from the result; batch dims
@@ -35,6 +36,21 @@ pub(crate) fn matmul(a: &Value, b: &Value, out: &Out) -> Value {
                 let b_row = &b.data[bo + kk * n..bo + (kk + 1) * n];
                 for (r, &y) in row.iter_mut().zip(b_row) {
                     *r += x * y;
+                }
+            }
+            if out.dtype.is_int() {
+                // integer products wrap as torch's do (the f64 sums above are exact while
+                // they stay below 2^53; wrapping sums are recomputed past that)
+                for (j, r) in row.iter_mut().enumerate() {
+                    let mut acc = 0i64;
+                    for kk in 0..k {
+                        let (x, y) = (a.data[ao + i * k + kk], b.data[bo + kk * n + j]);
+                        acc = acc.wrapping_add((x as i64).wrapping_mul(y as i64));
+                    }
+                    *r = match out.dtype {
+                        DType::I32 => acc as i32 as f64,
+                        _ => acc as f64,
+                    };
                 }
             }
             data.extend_from_slice(&row);

@@ -465,7 +465,15 @@ fn compute(op: &Op, args: &[Operand<'_>], out: &Out) -> Result<Value, Fail> {
         | Op::Elu { .. }
         | Op::Softplus { .. }
         | Op::NanToNum { .. } => Ok(pointwise::unary_attrs(op, tensor(args, 0)?, out)),
-        Op::Cast { .. } => Ok(out.finish(tensor(args, 0)?.data.clone())),
+        Op::Cast { dtype } => {
+            let x = tensor(args, 0)?;
+            let mut data = x.data.clone();
+            if x.dtype.is_int() && *dtype == DType::I32 {
+                // integer narrowing wraps (a C cast, as torch's), where floats saturate
+                data.iter_mut().for_each(|v| *v = *v as i64 as i32 as f64);
+            }
+            Ok(out.finish(data))
+        }
         Op::Contiguous => Ok(tensor(args, 0)?.clone()),
         Op::Inplace(i) => pointwise::inplace(*i, args, out),
         Op::Reduce {

@@ -60,8 +60,9 @@ fn per_group(x: &Value, dims: &[usize], out: &Out, f: impl Fn(&[f64]) -> f64) ->
 pub(crate) fn reduce(op: ReduceOp, x: &Value, dims: &[i64], out: &Out) -> Value {
     let dims = reduced_dims(dims, x.shape.len());
     per_group(x, &dims, out, |s| match op {
-        ReduceOp::Sum => s.iter().sum(),
-        ReduceOp::Mean => s.iter().sum::<f64>() / s.len() as f64,
+        // from +0 as torch's sums (Rust's f64 `Sum` starts from -0: the sum of [-0] is -0)
+        ReduceOp::Sum => s.iter().fold(0.0, |a, b| a + b),
+        ReduceOp::Mean => s.iter().fold(0.0, |a, b| a + b) / s.len() as f64,
         ReduceOp::Max | ReduceOp::Min => {
             if s.iter().any(|v| v.is_nan()) {
                 f64::NAN

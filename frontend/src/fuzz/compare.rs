@@ -1,0 +1,57 @@
+//! How the fuzzer decides that two executors agree on an output.
+//!
+//! Integers and bools must be equal. Floats are compared normwise, as the random-program
+//! tests do: each element within `atol + rtol · scale` of the reference, where `scale` is
+//! the largest finite magnitude of the reference output, because a random program chains
+//! ops whose roundings (different summation orders, fused or decomposed composites,
+//! polynomial transcendentals) add up relative to the output's size, not to each element's.
+//! NaN must meet NaN and an infinity the same infinity.
+//!
+//! | output dtype | atol | rtol (of the scale) | why |
+//! |---|---|---|---|
+//! | f32, and f64 (it may come from f32 arithmetic and a cast) | 1e-5 | 1e-4 | f32 sums in another order; the transcendentals' few ulp |
+//! | f16 | 1e-3 | 8 · 2⁻¹⁰ | each decomposed intermediate rounds to f16 where an eager composite rounds once: 8 roundings |
+//! | bf16 | 1e-2 | 8 · 2⁻⁷ | as f16 |
+
+use crate::Tensor;
+use kiln_ir::DType;
+
+/// `(atol, rtol)` of float outputs of `dtype` (see the module doc).
+pub fn bounds(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F16 => (1e-3, 8.0 * 2f64.powi(-10)),
+        DType::BF16 => (1e-2, 8.0 * 2f64.powi(-7)),
+        _ => (1e-5, 1e-4),
+    }
+}
+
+/// `Ok` when `got` matches `want` (dtype, shape, then values as the module doc says), or
+/// the first difference.
+pub fn agree(got: &Tensor, want: &Tensor) -> Result<(), String> {
+    if got.dtype() != want.dtype() || got.shape() != want.shape() {
+        return Err(format!("{} vs {}", got.tensor_type(), want.tensor_type()));
+    }
+    let (g, w) = match (got.to_vec_f64(), want.to_vec_f64()) {
+        (Ok(g), Ok(w)) => (g, w),
+        (Err(e), _) | (_, Err(e)) => return Err(format!("reading the values: {e}")),
+    };
+    let exact = !want.dtype().is_float();
+    let scale = w
+        .iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let (atol, rtol) = bounds(want.dtype());
+    for (i, (p, q)) in g.iter().zip(&w).enumerate() {
+        let ok = if exact || !q.is_finite() {
+            p == q || (p.is_nan() && q.is_nan())
+        } else {
+            (p - q).abs() <= atol + rtol * scale
+        };
+        if !ok {
+            return Err(format!(
+                "element {i}: {p} vs {q} (scale {scale:e}, atol {atol:e}, rtol {rtol:e})"
+            ));
+        }
+    }
+    Ok(())
+}

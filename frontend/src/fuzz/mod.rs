@@ -1,0 +1,387 @@
+//! Differential fuzzing (`kiln fuzz`): random graphs from the op table ([`kiln_ir::gen`]),
+//! each run eagerly and through compiled executors (the cpu backend fused and unfused, the
+//! interpreter backend, the cuda backend), on inputs with odd sizes, size 1, transposed
+//! layouts and special values; every executor must agree with eager ([`compare`]), and with
+//! `grad` so must the gradients of the first output's sum through compiled training.
+//! A divergence is shrunk by [`minify`] and kept by [`regression`].
+
+pub mod compare;
+pub mod inputs;
+pub mod minify;
+pub mod regression;
+
+use crate::compile::{compile_with, Backend, CompileOptions};
+use crate::graph_exec::{replay, run_graph};
+use crate::{Result, Tensor};
+use inputs::{make_inputs, InputSpec};
+use kiln_ir::ops::derivative::differentiable;
+use kiln_ir::{Arg, BinaryOp, Graph, NodeId, Op, UnaryOp};
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Who computes a graph's outputs besides eager (the reference).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Executor {
+    /// `kiln::compile` with the cpu backend (fusion on)
+    Cpu,
+    /// `kiln::compile` with the cpu backend, every op its own kernel
+    CpuUnfused,
+    /// `kiln::compile` with the interpreter backend (f64 inside)
+    Interp,
+    /// `kiln::compile` with the cuda backend (the device `KILN_CUDA_DEVICE` names)
+    Cuda,
+}
+
+impl Executor {
+    /// The executor's name as `kiln fuzz` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Executor::Cpu => "cpu",
+            Executor::CpuUnfused => "cpu-unfused",
+            Executor::Interp => "interp",
+            Executor::Cuda => "cuda",
+        }
+    }
+
+    /// Parses [`Executor::name`].
+    pub fn parse(s: &str) -> Option<Executor> {
+        [
+            Executor::Cpu,
+            Executor::CpuUnfused,
+            Executor::Interp,
+            Executor::Cuda,
+        ]
+        .into_iter()
+        .find(|e| e.name() == s)
+    }
+
+    /// The compile options of the executor.
+    pub fn options(self) -> CompileOptions {
+        let o = CompileOptions::default().name("fuzz");
+        match self {
+            Executor::Cpu => o.backend(Backend::Cpu),
+            Executor::CpuUnfused => o.backend(Backend::Cpu).fusion(false),
+            Executor::Interp => o.backend(Backend::Interp),
+            Executor::Cuda => o.backend(Backend::Cuda),
+        }
+    }
+}
+
+impl fmt::Display for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one graph is checked with.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// the executors compared with eager
+    pub executors: Vec<Executor>,
+    /// the input cases, in call order (one compiled function per executor sees them all,
+    /// so later cases exercise the guards and recompiles)
+    pub cases: Vec<InputSpec>,
+    /// compare gradients too
+    pub grad: bool,
+}
+
+impl CheckOptions {
+    /// The default cases for graph number `seed`: symbols at 2×3 (contiguous), 3×5
+    /// (transposed, special values) and 1×1.
+    pub fn default_cases(seed: u64) -> Vec<InputSpec> {
+        vec![
+            InputSpec {
+                sizes: (2, 3),
+                seed,
+                transposed: false,
+                special: false,
+            },
+            InputSpec {
+                sizes: (3, 5),
+                seed: seed.wrapping_add(1),
+                transposed: true,
+                special: true,
+            },
+            InputSpec {
+                sizes: (1, 1),
+                seed: seed.wrapping_add(2),
+                transposed: false,
+                special: false,
+            },
+        ]
+    }
+}
+
+/// A disagreement between eager and an executor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Divergence {
+    /// the executor that disagreed
+    pub executor: Executor,
+    /// in the gradients (rather than the outputs)
+    pub grad: bool,
+    /// the inputs it disagreed on
+    pub case: InputSpec,
+    /// what differed
+    pub detail: String,
+}
+
+impl Divergence {
+    /// The kind of divergence, for the minifier: the executor, values or gradients, and
+    /// whether it was a failure (an error or a panic) or a wrong value.
+    pub fn kind(&self) -> (Executor, bool, bool) {
+        (self.executor, self.grad, self.detail.starts_with("failed"))
+    }
+}
+
+impl fmt::Display for Divergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.case;
+        write!(
+            f,
+            "{} {} differ from eager at B={} T={}{}{}: {}",
+            self.executor,
+            if self.grad { "gradients" } else { "outputs" },
+            c.sizes.0,
+            c.sizes.1,
+            if c.transposed { ", transposed" } else { "" },
+            if c.special { ", special values" } else { "" },
+            self.detail
+        )
+    }
+}
+
+/// The result of checking one graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// every executor agreed on every case eager could run (`runs` executor calls)
+    Agree {
+        /// executor calls compared
+        runs: usize,
+    },
+    /// eager rejected every case (an index out of range, ...): nothing to compare
+    Skipped,
+    /// the first disagreement
+    Diverged(Divergence),
+}
+
+/// Runs `f`, turning a panic into an error message.
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> std::result::Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("failed: {e}")),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".into());
+            Err(format!("failed: panicked: {msg}"))
+        }
+    }
+}
+
+/// True for ops whose result jumps at some operand values (rounding, comparisons,
+/// `fmod`, `atan2` across the negative axis, float-to-integer casts, argmax): a rounding
+/// difference in a computed operand legitimately changes their result by a whole step.
+fn discontinuous(op: &Op) -> bool {
+    match op {
+        Op::Unary(u) => matches!(
+            u,
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc | UnaryOp::Sign
+        ),
+        Op::Binary(b) => matches!(
+            b,
+            BinaryOp::Remainder
+                | BinaryOp::Fmod
+                | BinaryOp::Atan2
+                | BinaryOp::Eq
+                | BinaryOp::Ne
+                | BinaryOp::Lt
+                | BinaryOp::Le
+                | BinaryOp::Gt
+                | BinaryOp::Ge
+                | BinaryOp::Pow
+        ),
+        Op::Cast { dtype } => !dtype.is_float(),
+        Op::Argmax { .. } => true,
+        _ => false,
+    }
+}
+
+/// Per output of `g`: true when it depends on a discontinuous op (see [`discontinuous`])
+/// applied to a float value computed by the graph (not an input or a view of one). Such an
+/// output is ill-conditioned: executors that round differently (within the op table's
+/// error bounds) may disagree on it by whole steps, so its values are not compared; an
+/// error or a panic still is a divergence.
+pub fn ill_conditioned(g: &Graph) -> Vec<bool> {
+    unstable_outputs(g, discontinuous)
+}
+
+/// True for ops whose derivative jumps (`abs`, `relu`, `maximum`, `amax`, and every
+/// discontinuous op): at ties and kinks executors may pick different one-sided derivatives.
+fn kinked(op: &Op) -> bool {
+    discontinuous(op)
+        || match op {
+            Op::Unary(_) | Op::Binary(_) => !op.info().smooth,
+            Op::Reduce { op, .. } => matches!(op, kiln_ir::ReduceOp::Max | kiln_ir::ReduceOp::Min),
+            _ => false,
+        }
+}
+
+/// Per output of `g`: true when it depends on an op that `jumps` (see [`ill_conditioned`]).
+fn unstable_outputs(g: &Graph, jumps_at: fn(&Op) -> bool) -> Vec<bool> {
+    let nodes: Vec<NodeId> = g.nodes().map(|(id, _)| id).collect();
+    let mut computed = std::collections::HashSet::new();
+    let mut unstable = std::collections::HashSet::new();
+    for id in &nodes {
+        let n = g.node(*id);
+        let view = matches!(
+            n.op,
+            Op::Input
+                | Op::Reshape { .. }
+                | Op::Transpose { .. }
+                | Op::Permute { .. }
+                | Op::Expand { .. }
+                | Op::Slice { .. }
+                | Op::Contiguous
+        );
+        let values = || {
+            n.args.iter().filter_map(|a| match a {
+                Arg::Value(v) => Some(*v),
+                _ => None,
+            })
+        };
+        if n.op != Op::Input && (!view || values().any(|v| computed.contains(&v))) {
+            computed.insert(*id);
+        }
+        let jumps = jumps_at(&n.op)
+            && values().any(|v| computed.contains(&v) && g.node(v).ty.dtype.is_float());
+        if jumps || values().any(|v| unstable.contains(&v)) {
+            unstable.insert(*id);
+        }
+    }
+    g.outputs().iter().map(|o| unstable.contains(o)).collect()
+}
+
+/// Checks `g` with `opts` (see the module doc).
+pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
+    let unstable = ill_conditioned(g);
+    // gradients of a loss through a kink or a jump are compared only for errors
+    let grad_unstable = unstable_outputs(g, kinked).first().copied().unwrap_or(true);
+    let mut runs = 0;
+    let mut any = false;
+    let graph = g.clone();
+    let forward = move |xs: &[Tensor]| replay(&graph, xs);
+    let compiled: Vec<_> = opts
+        .executors
+        .iter()
+        .map(|e| (*e, compile_with(forward.clone(), e.options())))
+        .collect();
+    let graph = g.clone();
+    let loss = move |xs: &[Tensor]| -> Result<Tensor> { replay(&graph, xs)?[0].sum(&[], false) };
+    let differentiable_loss = g
+        .outputs()
+        .first()
+        .is_some_and(|o| differentiable(g.node(*o).ty.dtype));
+    let trained: Vec<_> = if opts.grad && differentiable_loss {
+        opts.executors
+            .iter()
+            .map(|e| (*e, compile_with(loss.clone(), e.options())))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for case in &opts.cases {
+        let diverged = |executor, grad, detail| {
+            Outcome::Diverged(Divergence {
+                executor,
+                grad,
+                case: *case,
+                detail,
+            })
+        };
+        let xs = match make_inputs(g, *case) {
+            Ok(xs) => xs,
+            Err(_) => continue,
+        };
+        let Ok(want) = guarded(|| run_graph(g, &xs)) else {
+            continue;
+        };
+        any = true;
+        for (e, f) in &compiled {
+            runs += 1;
+            match guarded(|| f.call(&xs)) {
+                Err(m) => return diverged(*e, false, m),
+                Ok(got) => {
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        if unstable[i] {
+                            continue;
+                        }
+                        if let Err(m) = compare::agree(a, b) {
+                            return diverged(*e, false, format!("output {i}: {m}"));
+                        }
+                    }
+                }
+            }
+        }
+        if trained.is_empty() {
+            continue;
+        }
+        let Ok(want) = guarded(|| gradients(&xs, |ys| loss(ys))) else {
+            continue;
+        };
+        for (e, f) in &trained {
+            runs += 1;
+            match guarded(|| gradients(&xs, |ys| f.call(ys))) {
+                Err(m) => return diverged(*e, true, m),
+                Ok(_) if grad_unstable => {}
+                Ok(got) => {
+                    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                        let same = match (a, b) {
+                            (None, None) => Ok(()),
+                            (Some(a), Some(b)) => compare::agree(a, b),
+                            (a, b) => Err(format!(
+                                "a gradient {} vs {}",
+                                if a.is_some() { "computed" } else { "missing" },
+                                if b.is_some() { "computed" } else { "missing" }
+                            )),
+                        };
+                        if let Err(m) = same {
+                            let name = &g.inputs()[i].0;
+                            return diverged(*e, true, format!("gradient of %{name}: {m}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if any {
+        Outcome::Agree { runs }
+    } else {
+        Outcome::Skipped
+    }
+}
+
+/// The gradients of `loss` at `xs` for each float input (fresh leaves that require grad;
+/// `None` for other inputs and for inputs the loss does not depend on).
+fn gradients(
+    xs: &[Tensor],
+    loss: impl FnOnce(&[Tensor]) -> Result<Tensor>,
+) -> Result<Vec<Option<Tensor>>> {
+    let leaves = xs
+        .iter()
+        .map(|x| {
+            if differentiable(x.dtype()) {
+                x.detach().requires_grad_(true)
+            } else {
+                Ok(x.clone())
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let l = loss(&leaves)?;
+    l.backward()?;
+    Ok(leaves
+        .iter()
+        .map(|x| if x.requires_grad() { x.grad() } else { None })
+        .collect())
+}

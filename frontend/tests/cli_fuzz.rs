@@ -1,0 +1,45 @@
+//! `kiln fuzz` and `kiln run --backend cpu --unfused` end to end.
+
+mod common;
+
+use common::{kiln, tmp};
+
+#[test]
+fn fuzz_runs_graphs_and_reports_no_divergence() {
+    let dir = std::env::temp_dir().join(format!("kiln-fuzz-{}", std::process::id()));
+    let (ok, out, err) = kiln(&[
+        "fuzz",
+        "--seconds",
+        "60",
+        "--graphs",
+        "40",
+        "--grad",
+        "--regressions",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("kiln fuzz: 40 graphs"), "{out}");
+    assert!(out.contains(", 0 divergences"), "{out}");
+    assert!(
+        !dir.exists(),
+        "no regression file is written when nothing diverges"
+    );
+}
+
+#[test]
+fn run_compiles_fused_and_unfused_with_the_same_result() {
+    let f = tmp(
+        "fz.kir",
+        "graph @g(%x: f32[B,3]) -> f32[B] {\n  %0 = exp %x : f32[B,3]\n  %1 = sum %0 {dims = [1], keepdim = false} : f32[B]\n  return %1\n}\n",
+    );
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", f.to_str().unwrap(), "--dim", "B=4"];
+        args.extend_from_slice(extra);
+        let (ok, out, err) = kiln(&args);
+        assert!(ok, "{err}");
+        out.lines().nth(1).unwrap().to_string()
+    };
+    let eager = run(&["--backend", "eager"]);
+    assert_eq!(run(&["--backend", "cpu"]), eager);
+    assert_eq!(run(&["--backend", "cpu", "--unfused"]), eager);
+}
