@@ -466,3 +466,41 @@ fn explain_reports_the_partition_of_a_training_entry() {
     assert!(text.contains("partition 0: saved"), "{text}");
     assert!(text.contains("eager autograd saves"), "{text}");
 }
+
+/// A derivative that needs a size the symbols would hide (the count of a variance over the
+/// batch, a slice of it): the automatic-dynamic recompile cannot build a training graph over
+/// symbolic sizes, so each new batch compiles statically instead of failing (`kiln fuzz`
+/// found the failure), and gradients still equal eager's.
+#[test]
+fn training_graphs_needing_hidden_sizes_compile_each_batch_statically() {
+    let w = leaf(&[4], 3);
+    let program = |xs: &[Tensor], w: &Tensor| -> kiln::Result<Tensor> {
+        let v = (&xs[0] * w)?.var(&[0], 1, false)?;
+        let s = xs[0].slice(0, 1, -1, 1)?.sum(&[], false)?;
+        (v.sum(&[], false)? + s)
+    };
+    let f = compile_with(
+        |xs: &[Tensor]| program(xs, &w),
+        CompileOptions::default().dynamic(Dynamic::Auto),
+    );
+    for (i, batch) in [3usize, 5, 7].into_iter().enumerate() {
+        let x = leaf(&[batch, 4], 20 + i as u64);
+        program(std::slice::from_ref(&x), &w)
+            .unwrap()
+            .backward()
+            .unwrap();
+        let eg = take_grads(&[x.clone(), w.clone()]);
+        f.call(std::slice::from_ref(&x))
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g = take_grads(&[x.clone(), w.clone()]);
+        for (k, (a, e)) in g.iter().zip(&eg).enumerate() {
+            let (a, e) = (a.as_ref().unwrap(), e.as_ref().unwrap());
+            assert_close(&format!("batch {batch}: grad {k}"), a, e, 2e-5);
+        }
+    }
+    // one static entry (forward and backward graphs) per batch
+    let st = f.stats();
+    assert_eq!((st.entries, st.compiles), (3, 6), "{st:?}");
+}

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// The raw choices one graph is built from (see [`build`]).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recipe {
     /// per input: dtype choice, rank, and one choice per dim
     pub inputs: Vec<(u8, u8, [u8; 3])>,
@@ -29,18 +29,21 @@ pub struct Recipe {
     pub every_op: bool,
 }
 
+/// splitmix64: the next value of the deterministic generator whose state is `state`.
+pub fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 impl Recipe {
     /// A recipe drawn from `seed` (splitmix64): 1 to 4 inputs, 1 to `max_steps` candidate
     /// steps and up to 2 extra outputs.
     pub fn random(seed: u64, max_steps: usize, symbolic: bool, every_op: bool) -> Recipe {
-        let mut s = seed;
-        let mut next = move || {
-            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        };
+        let mut state = seed;
+        let mut next = move || splitmix(&mut state);
         let inputs = (0..1 + next() % 4)
             .map(|_| {
                 let v = next();
@@ -78,10 +81,17 @@ const DTYPES: [DType; 9] = [
     DType::Bool,
 ];
 
-/// Builds the graph a recipe describes.
+/// Builds the graph a recipe describes (never fails: rejected candidates are skipped, and a
+/// recipe without inputs builds as one with a single f32 scalar input).
 pub fn build(r: &Recipe) -> Graph {
     let mut g = Graph::new("gen");
-    for (i, (dt, rank, dims)) in r.inputs.iter().enumerate() {
+    // a graph needs an input to start from: no inputs build as one f32 scalar
+    let inputs = if r.inputs.is_empty() {
+        &[(0, 0, [0; 3])][..]
+    } else {
+        &r.inputs[..]
+    };
+    for (i, (dt, rank, dims)) in inputs.iter().enumerate() {
         let shape: Shape = dims[..(*rank % 4) as usize]
             .iter()
             .map(|d| match d % 6 {
@@ -91,8 +101,10 @@ pub fn build(r: &Recipe) -> Graph {
             })
             .collect();
         let ty = TensorType::new(DTYPES[*dt as usize % DTYPES.len()], shape);
-        g.add_input(INPUT_NAMES[i % INPUT_NAMES.len()], ty)
-            .expect("input names are distinct");
+        let name = INPUT_NAMES
+            .get(i)
+            .map_or_else(|| format!("in{i}"), |n| n.to_string());
+        g.add_input(&name, ty).expect("input names are distinct");
     }
     let syms: Vec<Dim> = ["B", "T"]
         .into_iter()

@@ -500,3 +500,34 @@ fn large_reduction_is_fast_and_exact() {
     let v = run(Op::Softmax { dim: 0 }, vec![x]);
     assert_eq!(v.shape, vec![1000, 100]);
 }
+
+/// torch's integer semantics where they differ from f64 arithmetic: sums start from +0
+/// (Rust's f64 `Sum` starts from -0), i32 products wrap, integer narrowing casts wrap (float
+/// to integer saturates). Each was found by `kiln fuzz` as a divergence from eager.
+#[test]
+fn signed_zero_sums_and_wrapping_integers_follow_torch() {
+    let s = red(ReduceOp::Sum, &[], false, t(DType::F64, &[1], &[-0.0]));
+    assert!(s.data[0] == 0.0 && s.data[0].is_sign_positive(), "{s:?}");
+    let m = red(ReduceOp::Mean, &[], false, t(DType::F32, &[1], &[-0.0]));
+    assert!(m.data[0].is_sign_positive(), "{m:?}");
+    let big = 2147483647.0;
+    let p = run(
+        Op::Matmul,
+        vec![
+            t(DType::I32, &[1, 2], &[big, 1.0]),
+            t(DType::I32, &[2, 1], &[2.0, 3.0]),
+        ],
+    );
+    // 2·(2³¹-1) + 3 wraps to 1
+    check(&p, DType::I32, &[1, 1], &[1.0]);
+    let c = run(
+        Op::Cast { dtype: DType::I32 },
+        vec![t(DType::I64, &[2], &[9223372036854775807.0, 4294967298.0])],
+    );
+    check(&c, DType::I32, &[2], &[-1.0, 2.0]);
+    let f = run(
+        Op::Cast { dtype: DType::I32 },
+        vec![t(DType::F32, &[2], &[3e19, f64::NAN])],
+    );
+    check(&f, DType::I32, &[2], &[big, 0.0]);
+}

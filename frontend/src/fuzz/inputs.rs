@@ -4,6 +4,7 @@
 //! and rank-2 inputs optionally as transposed (non-contiguous) views.
 
 use crate::{Result, Tensor};
+use kiln_ir::gen::splitmix;
 use kiln_ir::{DType, Dim, Graph};
 
 /// How a case lays out and fills its inputs.
@@ -30,15 +31,6 @@ const SPECIAL: [f64; 6] = [
     3e19,
 ];
 
-/// splitmix64: the fuzzer's deterministic generator.
-pub(crate) fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// The concrete shape of `dims` with `B` and `T` bound to `sizes` (other symbols: the first).
 pub fn bind(dims: &[Dim], sizes: (usize, usize)) -> Vec<usize> {
     dims.iter()
@@ -57,16 +49,10 @@ pub fn make_inputs(g: &Graph, spec: InputSpec) -> Result<Vec<Tensor>> {
         let ty = &g.node(*id).ty;
         let shape = bind(ty.shape.dims(), spec.sizes);
         let seed = spec.seed.wrapping_mul(31).wrapping_add(k as u64);
-        let stored: Vec<usize> = if spec.transposed && shape.len() == 2 {
-            vec![shape[1], shape[0]]
+        out.push(if spec.transposed && shape.len() == 2 {
+            filled(&[shape[1], shape[0]], ty.dtype, seed, spec.special)?.t()?
         } else {
-            shape.clone()
-        };
-        let t = filled(&stored, ty.dtype, seed, spec.special)?;
-        out.push(if stored != shape || shape.len() == 2 && spec.transposed {
-            t.t()?
-        } else {
-            t
+            filled(&shape, ty.dtype, seed, spec.special)?
         });
     }
     Ok(out)
