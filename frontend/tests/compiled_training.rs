@@ -477,7 +477,7 @@ fn training_graphs_needing_hidden_sizes_compile_each_batch_statically() {
     let program = |xs: &[Tensor], w: &Tensor| -> kiln::Result<Tensor> {
         let v = (&xs[0] * w)?.var(&[0], 1, false)?;
         let s = xs[0].slice(0, 1, -1, 1)?.sum(&[], false)?;
-        (v.sum(&[], false)? + s)
+        v.sum(&[], false)? + s
     };
     let f = compile_with(
         |xs: &[Tensor]| program(xs, &w),
