@@ -530,4 +530,8 @@ fn signed_zero_sums_and_wrapping_integers_follow_torch() {
         vec![t(DType::F32, &[2], &[3e19, f64::NAN])],
     );
     check(&f, DType::I32, &[2], &[big, 0.0]);
+    // i64 sums wrap: 3 · 2⁶² is -2⁶² (torch gives -4611686018427387904)
+    let q = 4611686018427387904.0;
+    let w = red(ReduceOp::Sum, &[], false, t(DType::I64, &[3], &[q, q, q]));
+    check(&w, DType::I64, &[], &[-q]);
 }

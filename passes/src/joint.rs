@@ -98,7 +98,9 @@ pub(crate) fn backprop(
     let n = fwd.len();
     let mut ids: Vec<NodeId> = out.nodes().map(|(id, _)| id).collect();
     let forward: Vec<NodeId> = ids[..n].to_vec();
-    // which forward values lead to an input that wants a gradient
+    // which forward values lead to an input that wants a gradient: only floating values
+    // carry one (an integer or bool result is a constant to autograd, as in eager, even
+    // when it was computed from a float: `cast(x, i32)`, `x > 0`, `copy_` into a bool)
     let mut leads = vec![false; n];
     for (i, (_, id)) in fwd.inputs().iter().enumerate() {
         leads[id.index()] = needed.get(i).copied().unwrap_or(true);
@@ -107,6 +109,7 @@ pub(crate) fn backprop(
         let node = fwd.node(id);
         if node.op != Op::Input
             && !stop.contains(&id)
+            && differentiable(node.ty.dtype)
             && node
                 .args
                 .iter()

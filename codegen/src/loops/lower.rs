@@ -11,7 +11,10 @@
 use super::phases::{plan_phases, reuse_expensive};
 use super::row_divisors::reciprocal_row_divisors;
 use super::{Buffer, Expr, LoopNest, Role, ScalarType, Stmt, Store, ValueId};
-use kiln_ir::{Arg, BinaryOp, DType, DTypeRule, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use kiln_ir::infer::result_type;
+use kiln_ir::{
+    Arg, ArgType, BinaryOp, DType, DTypeRule, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp,
+};
 use std::collections::HashMap;
 
 /// Why a kernel is not lowered to a loop nest (it then runs on the eager kernels).
@@ -280,6 +283,35 @@ impl<'g> Lowering<'g> {
         }
     }
 
+    /// True when every operand of `args` converts exactly to their promoted dtype (torch's
+    /// `result_type`) as the loop form computes them: bools, the same dtype, f16/bf16 into
+    /// f32, literals whose f32 constant is their value in that dtype.
+    fn promotion_is_exact(&self, args: &[Arg]) -> bool {
+        let types: Vec<ArgType> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Value(v) => ArgType::Tensor(self.g.node(*v).ty.clone()),
+                Arg::Scalar(s) => ArgType::Scalar(*s),
+            })
+            .collect();
+        let compute = result_type(&types);
+        args.iter().all(|a| match a {
+            Arg::Value(v) => {
+                let t = self.g.node(*v).ty.dtype;
+                t == compute
+                    || t == DType::Bool
+                    || compute == DType::F32 && matches!(t, DType::F16 | DType::BF16)
+            }
+            // a literal becomes an f32 constant: the same as its value in `compute` unless
+            // a half type rounds it otherwise
+            Arg::Scalar(s) => {
+                let v = s.to_f64();
+                let (r, f) = (compute.round_f64(v), DType::F32.round_f64(v));
+                !compute.is_float() || r == f || r.is_nan() && f.is_nan()
+            }
+        })
+    }
+
     /// Values must be f32 (or, with `half`, f16/bf16 computed as f32), or bool: comparison
     /// results, masks read from memory (as `where` conditions or cast to f32) and bool
     /// outputs.
@@ -361,6 +393,18 @@ impl<'g> Lowering<'g> {
                 }
                 Arg::Scalar(_) => true,
             });
+            // comparisons and logical ops convert their operands to the promoted dtype
+            // first (a subnormal f32 beside an f16 tensor compares as 0); the loop form
+            // compares f32 values, which is the same only when that conversion is exact
+            let converts =
+                comparison || matches!(&n.op, Op::Binary(_)) && rule == Some(DTypeRule::Bool);
+            if converts && !self.promotion_is_exact(&n.args) {
+                return self.fail(format!(
+                    "{} ({}) converts an operand to a narrower type first",
+                    self.name(id),
+                    n.op.name()
+                ));
+            }
             if !ok || !operands_ok {
                 return self.fail(format!(
                     "{} ({} : {}) has a dtype the loop form does not handle",

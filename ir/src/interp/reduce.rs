@@ -61,6 +61,10 @@ pub(crate) fn reduce(op: ReduceOp, x: &Value, dims: &[i64], out: &Out) -> Value 
     let dims = reduced_dims(dims, x.shape.len());
     per_group(x, &dims, out, |s| match op {
         // from +0 as torch's sums (Rust's f64 `Sum` starts from -0: the sum of [-0] is -0)
+        // integer sums wrap, as torch's
+        ReduceOp::Sum if out.dtype.is_int() => {
+            s.iter().fold(0i64, |a, &b| a.wrapping_add(b as i64)) as f64
+        }
         ReduceOp::Sum => s.iter().fold(0.0, |a, b| a + b),
         ReduceOp::Mean => s.iter().fold(0.0, |a, b| a + b) / s.len() as f64,
         ReduceOp::Max | ReduceOp::Min => {

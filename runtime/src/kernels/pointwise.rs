@@ -282,12 +282,34 @@ pub(crate) fn binary(
         }
     }
     if bool_result && !op.is_comparison() {
-        // logical ops: each operand's truth value
-        let (a, b) = (Opnd::new(a, DType::Bool), Opnd::new(b, DType::Bool));
+        // logical ops: each operand's truth value in the promoted dtype (torch converts
+        // first: a subnormal f32 beside an f16 tensor is 0, so false)
+        let (ca, cb) = (converted(a, compute), converted(b, compute));
+        let (a, b) = (in_dtype(a, &ca, compute), in_dtype(b, &cb, compute));
+        let (a, b) = (Opnd::new(&a, DType::Bool), Opnd::new(&b, DType::Bool));
         return Ok(bool_binary(op, &a, &b, shape));
     }
     let ct = if bool_result { compute } else { out_dtype };
     Ok(binary_in(op, a, b, ct, shape))
+}
+
+/// A tensor operand of another dtype than `dtype`, converted to it (`None` otherwise).
+fn converted(x: &EagerArg<'_>, dtype: DType) -> Option<CpuTensor> {
+    match x {
+        EagerArg::Tensor(t) if t.dtype() != dtype => Some(t.to_dtype(dtype)),
+        _ => None,
+    }
+}
+
+/// `x` in `dtype`: its conversion `c` (see [`converted`]) or a float literal rounded to it.
+fn in_dtype<'a>(x: &EagerArg<'a>, c: &'a Option<CpuTensor>, dtype: DType) -> EagerArg<'a> {
+    match (c, x) {
+        (Some(t), _) => EagerArg::Tensor(t),
+        (None, EagerArg::Scalar(Scalar::Float(v))) if dtype.is_float() => {
+            EagerArg::Scalar(Scalar::Float(dtype.round_f64(*v)))
+        }
+        (None, x) => *x,
+    }
 }
 
 /// `op(a, b)` computed in `ct` (the result dtype, or the compared dtype).
