@@ -377,7 +377,9 @@ impl<'g> Lowering<'g> {
                     let t = self.g.node(*v).ty.dtype;
                     match (&n.op, i) {
                         (Op::Where, 0) => t == DType::Bool,
-                        // f32 <-> f64 and bool -> f32
+                        // f32 <-> f64 and bool -> f32 (not bool -> f64: the f64 values
+                        // widen f32 ones)
+                        (Op::Cast { .. }, _) if dt == DType::F64 => float(t),
                         (Op::Cast { .. }, _) => {
                             float(t) || t == DType::Bool || (t == DType::F64 && dt != DType::Bool)
                         }

@@ -106,6 +106,9 @@ pub(crate) fn binary(
     if int_division && y.data.iter().any(|&v| common.round_f64(v) == 0.0) {
         return Err(format!("{}: integer division by zero", op.name()));
     }
+    if op == BinaryOp::Pow && !common.is_float() && y.data.iter().any(|&v| v < 0.0) {
+        return Err("pow: integers to negative integer powers are not allowed".into());
+    }
     let mut data = Vec::with_capacity(out.numel());
     for_each_offsets(&out.shape, [&x.strides, &y.strides], |[i, j]| {
         let v = op.eval_f64(common.round_f64(x.data[i]), common.round_f64(y.data[j]));

@@ -267,17 +267,25 @@ pub(crate) fn binary(
             EagerArg::Scalar(s) => s.to_f64() == 0.0,
         };
         if zero {
-            let shapes: Vec<&[usize]> = [a, b]
-                .iter()
-                .filter_map(|x| match x {
-                    EagerArg::Tensor(t) => Some(t.shape()),
-                    EagerArg::Scalar(_) => None,
-                })
-                .collect();
+            let shapes = tensor_shapes(&[a, b]);
             return Err(RuntimeError::unsupported(
                 op.name(),
                 &shapes,
                 "integer division by zero",
+            ));
+        }
+    }
+    if op == BinaryOp::Pow && !compute.is_float() {
+        let negative = match b {
+            EagerArg::Tensor(t) => t.to_dtype(DType::I64).to_f64_vec().iter().any(|&e| e < 0.0),
+            EagerArg::Scalar(s) => s.to_f64() < 0.0,
+        };
+        if negative {
+            let shapes = tensor_shapes(&[a, b]);
+            return Err(RuntimeError::unsupported(
+                op.name(),
+                &shapes,
+                "integers to negative integer powers are not allowed",
             ));
         }
     }
@@ -291,6 +299,16 @@ pub(crate) fn binary(
     }
     let ct = if bool_result { compute } else { out_dtype };
     Ok(binary_in(op, a, b, ct, shape))
+}
+
+/// The shapes of the tensor operands among `args` (for errors).
+fn tensor_shapes<'t>(args: &[&'t EagerArg<'_>]) -> Vec<&'t [usize]> {
+    args.iter()
+        .filter_map(|x| match x {
+            EagerArg::Tensor(t) => Some(t.shape()),
+            EagerArg::Scalar(_) => None,
+        })
+        .collect()
 }
 
 /// A tensor operand of another dtype than `dtype`, converted to it (`None` otherwise).
