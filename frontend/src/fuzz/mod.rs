@@ -188,7 +188,11 @@ fn discontinuous(op: &Op) -> bool {
     match op {
         Op::Unary(u) => matches!(
             u,
-            UnaryOp::Floor
+            // periodic: a rounding of a large computed argument moves them anywhere
+            UnaryOp::Sin
+                | UnaryOp::Cos
+                | UnaryOp::Tan
+                | UnaryOp::Floor
                 | UnaryOp::Ceil
                 | UnaryOp::Round
                 | UnaryOp::Trunc
@@ -281,6 +285,7 @@ fn unstable_outputs(g: &Graph, jumps_at: fn(&Op) -> bool, always: fn(&Op) -> boo
 /// Checks `g` with `opts` (see the module doc).
 pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
     let unstable = ill_conditioned(g);
+    let has_integers = g.nodes().any(|(_, n)| n.ty.dtype.is_int());
     // gradients of a loss through a kink or a jump are compared only for errors
     let grad_unstable = unstable_outputs(g, kinked, derivative_jumps)
         .first()
@@ -328,6 +333,10 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
         };
         any = true;
         for (e, f) in &compiled {
+            if *e == Executor::Interp && case.special && has_integers {
+                // special values saturate into integers past 2^53, inexact in f64
+                continue;
+            }
             runs += 1;
             match guarded(|| f.call(&xs)) {
                 Err(m) => return diverged(*e, false, m),

@@ -111,7 +111,24 @@ pub(crate) fn binary(
     }
     let mut data = Vec::with_capacity(out.numel());
     for_each_offsets(&out.shape, [&x.strides, &y.strides], |[i, j]| {
-        let v = op.eval_f64(common.round_f64(x.data[i]), common.round_f64(y.data[j]));
+        let (a, b) = (common.round_f64(x.data[i]), common.round_f64(y.data[j]));
+        let v = match op {
+            // integer arithmetic wraps exactly (f64 products past 2^53 are not exact)
+            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul if common.is_int() => {
+                let (a, b) = (a as i64, b as i64);
+                let r = match op {
+                    BinaryOp::Add => a.wrapping_add(b),
+                    BinaryOp::Sub => a.wrapping_sub(b),
+                    _ => a.wrapping_mul(b),
+                };
+                if out.dtype == DType::I32 {
+                    f64::from(r as i32)
+                } else {
+                    r as f64
+                }
+            }
+            _ => op.eval_f64(a, b),
+        };
         data.push(out.dtype.wrap_f64(v));
     });
     Ok(out.finish(data))
