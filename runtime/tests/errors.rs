@@ -233,32 +233,3 @@ fn shape_and_type_mismatches() {
     assert!(execute_inplace(InplaceOp::Fill, &a, EagerArg::Tensor(&a)).is_err());
     assert!(execute_inplace(InplaceOp::Add, &bl, EagerArg::Tensor(&bl)).is_err());
 }
-
-/// torch: "Integers to negative integer powers are not allowed" (a tensor exponent or a
-/// literal); a float base or a non-negative exponent is fine.
-#[test]
-fn integer_powers_with_negative_exponents_are_errors() {
-    let base = t(&[0.0, 2.0, 3.0], &[3], DType::I64);
-    let exps = t(&[1.0, -1.0, 2.0], &[3], DType::I64);
-    let pow = Op::Binary(BinaryOp::Pow);
-    let e = err(
-        pow.clone(),
-        &[EagerArg::Tensor(&base), EagerArg::Tensor(&exps)],
-    );
-    assert!(
-        e.to_string().contains("pow") && e.to_string().contains("negative integer powers"),
-        "{e}"
-    );
-    let e = err(
-        pow.clone(),
-        &[EagerArg::Tensor(&base), EagerArg::Scalar(Scalar::Int(-2))],
-    );
-    assert!(e.to_string().contains("[3]"), "names the shape: {e}");
-    assert!(execute(
-        &pow,
-        &[EagerArg::Tensor(&base), EagerArg::Scalar(Scalar::Int(2))]
-    )
-    .is_ok());
-    let fbase = t(&[0.5, 2.0, 3.0], &[3], DType::F32);
-    assert!(execute(&pow, &[EagerArg::Tensor(&fbase), EagerArg::Tensor(&exps)]).is_ok());
-}

@@ -106,9 +106,6 @@ pub(crate) fn binary(
     if int_division && y.data.iter().any(|&v| common.round_f64(v) == 0.0) {
         return Err(format!("{}: integer division by zero", op.name()));
     }
-    if op == BinaryOp::Pow && !common.is_float() && y.data.iter().any(|&v| v < 0.0) {
-        return Err("pow: integers to negative integer powers are not allowed".into());
-    }
     let mut data = Vec::with_capacity(out.numel());
     for_each_offsets(&out.shape, [&x.strides, &y.strides], |[i, j]| {
         let (a, b) = (common.round_f64(x.data[i]), common.round_f64(y.data[j]));

@@ -275,20 +275,6 @@ pub(crate) fn binary(
             ));
         }
     }
-    if op == BinaryOp::Pow && !compute.is_float() {
-        let negative = match b {
-            EagerArg::Tensor(t) => t.to_dtype(DType::I64).to_f64_vec().iter().any(|&e| e < 0.0),
-            EagerArg::Scalar(s) => s.to_f64() < 0.0,
-        };
-        if negative {
-            let shapes = tensor_shapes(&[a, b]);
-            return Err(RuntimeError::unsupported(
-                op.name(),
-                &shapes,
-                "integers to negative integer powers are not allowed",
-            ));
-        }
-    }
     if bool_result && !op.is_comparison() {
         // logical ops: each operand's truth value in the promoted dtype (torch converts
         // first: a subnormal f32 beside an f16 tensor is 0, so false)
