@@ -141,6 +141,27 @@ gpu_test!(row_kernels, |gpu: &dyn GpuDevice| {
     check(gpu, ROWS_PROGRAM, "rows", 1, SUMS);
 });
 
+// Reductions over nothing (N = 0, and an empty slice): each row is still written, with the
+// sum of nothing (0) and the mean of nothing (NaN), not left as the memory held (a real GPU
+// returned the previous allocation's values: kiln fuzz, tests/regressions/fuzz_cuda_1829)
+const EMPTY_REDUCTIONS_PROGRAM: &str = r#"
+graph @empty(%x: f32[5,N], %y: f32[3]) -> (f32[5], f32[5], f32[], f32[]) {
+  %0 = sum %x {dims = [1], keepdim = false} : f32[5]
+  %1 = mean %x {dims = [1], keepdim = false} : f32[5]
+  %2 = sum %x {dims = [], keepdim = false} : f32[]
+  %3 = slice %y {dim = 0, start = 1, end = 1, step = 2} : f32[0]
+  %4 = sum %3 {dims = [], keepdim = false} : f32[]
+  return %0, %1, %2, %4
+}
+"#;
+
+gpu_test!(
+    reductions_over_nothing_write_their_identity,
+    |gpu: &dyn GpuDevice| {
+        check(gpu, EMPTY_REDUCTIONS_PROGRAM, "empty", 0, SUMS);
+    }
+);
+
 const VIEWS_PROGRAM: &str = r#"
 graph @views(%x: f32[6,9], %y: f32[3,6,3]) -> (f32[9,6], f32[3,6], f32[6,9]) {
   %0 = transpose %x {dim0 = 0, dim1 = 1} : f32[9,6]

@@ -315,8 +315,11 @@ impl GpuDevice for EmulatedGpu {
             m.next = BASE;
         }
         let ptr = m.next;
-        // garbage, as device memory is: kernels must write every element they own
-        m.blocks.insert(ptr, vec![0xA5; bytes]);
+        // garbage, as device memory is: kernels must write every element they own. All
+        // ones: NaN in every float dtype, -1 in the integers, so a value read before it is
+        // written fails a comparison (0xA5 bytes were a tiny f32, -2.9e-16, that a sum of an
+        // empty slice left in place within every tolerance)
+        m.blocks.insert(ptr, vec![0xFF; bytes]);
         m.next = ptr + (bytes as u64).max(1).div_ceil(ALIGN) * ALIGN + ALIGN;
         Ok(Arc::new(EmuBlock {
             ptr,

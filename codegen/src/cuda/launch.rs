@@ -193,7 +193,14 @@ pub(crate) fn launch_nest(
 ) -> Result<(), GpuError> {
     let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.shape()).collect();
     let sizes = nest_loop_sizes(&k.nest, &shapes, &|s| lookup(bound, s).unwrap_or(1));
-    if sizes.contains(&0) {
+    // nothing to write: an empty output. A reduction over an empty inner loop still runs,
+    // to write its rows' identity (a sum of nothing is 0, not what the memory held)
+    let out_dims = if k.nest.reduces {
+        &sizes[..sizes.len() - 1]
+    } else {
+        &sizes[..]
+    };
+    if out_dims.contains(&0) {
         return Ok(());
     }
     let layouts: Vec<(&[usize], &[isize])> =
