@@ -104,14 +104,19 @@ fn device_gate(ordinal: usize) -> Arc<CaptureGate> {
 }
 
 /// `cuMemAlloc`/`cuMemFree` for the caching allocator, with the context bound to the
-/// calling thread.
+/// calling thread. Both go through the device's capture gate: a free synchronises the
+/// device, which breaks another thread's capture (on an H100, cuBLAS then failed a captured
+/// GEMM with `CUBLAS_STATUS_EXECUTION_FAILED` now and then while other tests' devices were
+/// dropped).
 struct DriverMemory {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    gate: Arc<CaptureGate>,
 }
 
 impl DeviceMemory for DriverMemory {
     fn allocate(&self, bytes: usize) -> Result<u64, String> {
+        let _stream_use = self.gate.enter();
         self.ctx.bind_to_thread().map_err(|e| e.to_string())?;
         // SAFETY: the context is current; the memory is handed out uninitialised, which
         // the trait allows (contents unspecified).
@@ -119,6 +124,7 @@ impl DeviceMemory for DriverMemory {
     }
 
     fn free(&self, ptr: u64, _bytes: usize) {
+        let _stream_use = self.gate.enter();
         // the trait cannot report errors: a failure here leaks the block (and the
         // context's destruction frees it at the end)
         if self.ctx.bind_to_thread().is_ok() && self.stream.synchronize().is_ok() {
@@ -144,9 +150,11 @@ impl GpuBuffer for DriverBuffer {
     }
 }
 
-/// A loaded module and its kernel function; unloaded on drop.
+/// A loaded module and its kernel function; unloaded on drop (through the capture gate:
+/// loading and unloading modules may synchronise the device).
 struct LoadedKernel {
     ctx: Arc<CudaContext>,
+    gate: Arc<CaptureGate>,
     module: sys::CUmodule,
     func: sys::CUfunction,
 }
@@ -159,6 +167,7 @@ unsafe impl Sync for LoadedKernel {}
 
 impl Drop for LoadedKernel {
     fn drop(&mut self) {
+        let _stream_use = self.gate.enter();
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: the module was loaded in this context and is unloaded once; its
             // function is dropped with it.
@@ -167,9 +176,11 @@ impl Drop for LoadedKernel {
     }
 }
 
-/// A cuBLAS handle bound to the device's stream; destroyed on drop.
+/// A cuBLAS handle bound to the device's stream; destroyed on drop (through the capture
+/// gate: `cublasDestroy` synchronises the device).
 struct BlasHandle {
     ctx: Arc<CudaContext>,
+    gate: Arc<CaptureGate>,
     handle: cudarc::cublas::sys::cublasHandle_t,
 }
 
@@ -179,6 +190,7 @@ unsafe impl Send for BlasHandle {}
 
 impl Drop for BlasHandle {
     fn drop(&mut self) {
+        let _stream_use = self.gate.enter();
         // not cudarc's CudaBlas: its drop unwraps the destroy's result (a panic)
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: the handle was created once and is destroyed once.
@@ -289,6 +301,7 @@ impl DriverGpu {
         let memory = CachingAllocator::new(DriverMemory {
             ctx: ctx.clone(),
             stream: stream.clone(),
+            gate: gate.clone(),
         });
         Ok(DriverGpu {
             long_name: format!("{device} ({name})"),
@@ -361,6 +374,7 @@ impl DriverGpu {
         let image = CString::new(ptx).map_err(|_| self.err(&op, "the PTX holds a NUL byte"))?;
         let name = CString::new(kernel.name.clone())
             .map_err(|_| self.err(&op, "the kernel's name holds a NUL byte"))?;
+        let _stream_use = self.gate.enter();
         self.bind(&op)?;
         // SAFETY: the image is a NUL-terminated PTX string, alive for the call (the driver
         // copies it); the context is current.
@@ -377,6 +391,7 @@ impl DriverGpu {
         // owned at once, so an error below unloads it
         let mut loaded = LoadedKernel {
             ctx: self.ctx.clone(),
+            gate: self.gate.clone(),
             module,
             func: std::ptr::null_mut(),
         };
@@ -404,6 +419,7 @@ impl DriverGpu {
                 .map_err(|e| self.err(op, format!("cannot create a cuBLAS handle: {e}")))?;
             let h = BlasHandle {
                 ctx: self.ctx.clone(),
+                gate: self.gate.clone(),
                 handle,
             };
             // SAFETY: a live handle and the device's live stream (kept as long as the handle,
@@ -467,6 +483,9 @@ fn load_cublas() -> Result<(), String> {
 
 impl Drop for DriverGpu {
     fn drop(&mut self) {
+        // waiting on the stream and freeing are stream work: not while another thread
+        // captures
+        let _stream_use = self.gate.enter();
         // queued work may still use cached blocks: wait, then give the cache back (live
         // buffers, still held elsewhere, are freed with the context)
         if self.ctx.bind_to_thread().is_ok() {
