@@ -43,3 +43,23 @@ fn run_compiles_fused_and_unfused_with_the_same_result() {
     assert_eq!(run(&["--backend", "cpu"]), eager);
     assert_eq!(run(&["--backend", "cpu", "--unfused"]), eager);
 }
+
+#[test]
+fn replay_checks_regression_files_again_and_reads_their_reproduce_line() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/regressions");
+    let file = dir.join("fuzz_cpu_1003029.kir");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("# reproduce: cargo run --release -- fuzz --replay "),
+        "{text}"
+    );
+    let (ok, out, err) = kiln(&["fuzz", "--replay", file.to_str().unwrap()]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("agrees: "), "{out}");
+    assert!(out.contains("1 files, 0 diverge"), "{out}");
+    // a file that is not a regression is an error naming it
+    let bad = tmp("not_a_regression.kir", "graph @g() -> f32[] {\n}\n");
+    let (ok, _, err) = kiln(&["fuzz", "--replay", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("not_a_regression.kir"), "{err}");
+}

@@ -47,6 +47,10 @@ pub struct FuzzArgs {
     /// report divergences without minimising or writing them
     #[arg(long)]
     pub no_minify: bool,
+    /// instead of generating graphs, check these regression files (`.kir` files that
+    /// `kiln fuzz` wrote, or folders of them) again, as the test suite does
+    #[arg(long, num_args = 1..)]
+    pub replay: Vec<PathBuf>,
 }
 
 /// Checks of one divergence's minimisation at most.
@@ -56,9 +60,12 @@ const CUDA_EVERY: u64 = 16;
 
 /// Runs the command.
 pub fn fuzz(a: &FuzzArgs) -> Result<(), CliError> {
+    if !a.replay.is_empty() {
+        return replay(&a.replay);
+    }
     let cuda = matches!(a.backend, FuzzBackend::Cuda | FuzzBackend::All);
-    if cuda && std::env::var_os("KILN_CUDA_DEVICE").is_none() {
-        std::env::set_var("KILN_CUDA_DEVICE", "emulated");
+    if cuda {
+        use_emulated_cuda_unless_set();
     }
     let cpu: &[Executor] = match a.backend {
         FuzzBackend::Cuda => &[],
@@ -90,7 +97,8 @@ pub fn fuzz(a: &FuzzArgs) -> Result<(), CliError> {
             Outcome::Diverged(d) => {
                 eprintln!("graph {seed}: {d}");
                 let origin = format!(
-                    "kiln fuzz --seed {seed} --graphs 1{}",
+                    "kiln fuzz --seed {seed} --graphs 1{}{}",
+                    if cuda { " --backend cuda" } else { "" },
                     if a.grad { " --grad" } else { "" }
                 );
                 if a.no_minify {
@@ -123,5 +131,55 @@ pub fn fuzz(a: &FuzzArgs) -> Result<(), CliError> {
         Ok(())
     } else {
         Err(format!("{} divergences", found.len()).into())
+    }
+}
+
+/// The cuda executor runs on the emulated device unless `KILN_CUDA_DEVICE` names one.
+fn use_emulated_cuda_unless_set() {
+    if std::env::var_os("KILN_CUDA_DEVICE").is_none() {
+        std::env::set_var("KILN_CUDA_DEVICE", "emulated");
+    }
+}
+
+/// `kiln fuzz --replay`: checks each regression file (or each `.kir` file of a folder)
+/// again; an error when one still diverges.
+fn replay(paths: &[PathBuf]) -> Result<(), CliError> {
+    use_emulated_cuda_unless_set();
+    let mut cases = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            cases.extend(regression::read_dir(p)?);
+        } else {
+            cases.push(regression::read(p)?);
+        }
+    }
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|r| {
+            let result = r.check();
+            match &result {
+                Ok(()) => println!("agrees: {}", r.path.display()),
+                Err(e) => println!("DIVERGES: {e}"),
+            }
+            result.err()
+        })
+        .collect();
+    std::panic::set_hook(hook);
+    println!(
+        "kiln fuzz --replay: {} files, {} diverge",
+        cases.len(),
+        failures.len()
+    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {} regression files diverge",
+            failures.len(),
+            cases.len()
+        )
+        .into())
     }
 }

@@ -15,7 +15,7 @@ use crate::graph_exec::{replay, run_graph};
 use crate::{Result, Tensor};
 use inputs::{make_inputs, InputSpec};
 use kiln_ir::ops::derivative::differentiable;
-use kiln_ir::{Arg, BinaryOp, Graph, NodeId, Op, UnaryOp};
+use kiln_ir::{Arg, BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -282,6 +282,111 @@ fn unstable_outputs(g: &Graph, jumps_at: fn(&Op) -> bool, always: fn(&Op) -> boo
     g.outputs().iter().map(|o| unstable.contains(o)).collect()
 }
 
+/// `g` with its f16 and bf16 values widened to f32 (types, casts and dtype attributes, by
+/// way of the text form, which is parsed and verified again); `None` when `g` has no half
+/// values or the widened text does not verify. Its results are the truth that half-precision
+/// disagreements are measured against ([`compare::no_farther_from_truth`]).
+pub fn widened(g: &Graph) -> Option<Graph> {
+    if !g
+        .nodes()
+        .any(|(_, n)| matches!(n.ty.dtype, DType::F16 | DType::BF16))
+    {
+        return None;
+    }
+    let text = g.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(match word.as_str() {
+            "f16" | "bf16" => "f32",
+            w => w,
+        });
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    kiln_ir::text::parse_graph(&out).ok()
+}
+
+/// The inputs of [`widened`]: half tensors cast to f32 (exactly), others as they are.
+fn widen_inputs(xs: &[Tensor]) -> Result<Vec<Tensor>> {
+    xs.iter()
+        .map(|x| match x.dtype() {
+            DType::F16 | DType::BF16 => x.cast(DType::F32),
+            _ => Ok(x.clone()),
+        })
+        .collect()
+}
+
+/// The truth of one case, computed on first need: the widened graph's outputs and
+/// gradients (`None` where the graph has no half values or the widened run failed).
+struct Truth<'a> {
+    graph: Option<&'a Graph>,
+    xs: &'a [Tensor],
+    outputs: Option<Option<Vec<Tensor>>>,
+    grads: Option<Option<Vec<Option<Tensor>>>>,
+}
+
+impl<'a> Truth<'a> {
+    fn new(graph: Option<&'a Graph>, xs: &'a [Tensor]) -> Truth<'a> {
+        Truth {
+            graph,
+            xs,
+            outputs: None,
+            grads: None,
+        }
+    }
+
+    fn output(&mut self, i: usize) -> Option<&Tensor> {
+        let (graph, xs) = (self.graph, self.xs);
+        self.outputs
+            .get_or_insert_with(|| {
+                let g = graph?;
+                guarded(|| run_graph(g, &widen_inputs(xs)?)).ok()
+            })
+            .as_ref()?
+            .get(i)
+    }
+
+    fn grad(&mut self, i: usize) -> Option<&Tensor> {
+        let (graph, xs) = (self.graph, self.xs);
+        self.grads
+            .get_or_insert_with(|| {
+                let g = graph?;
+                guarded(|| gradients(&widen_inputs(xs)?, |ys| replay(g, ys)?[0].sum(&[], false)))
+                    .ok()
+            })
+            .as_ref()?
+            .get(i)?
+            .as_ref()
+    }
+}
+
+/// `same`, or when it failed, whether `got` is no farther from the `truth` than eager's
+/// `want` ([`compare::no_farther_from_truth`]).
+fn or_near_truth(
+    same: std::result::Result<(), String>,
+    got: &Tensor,
+    want: &Tensor,
+    truth: Option<&Tensor>,
+    bounds: (f64, f64),
+) -> std::result::Result<(), String> {
+    match (same, truth) {
+        (Ok(()), _) => Ok(()),
+        (Err(m), None) => Err(m),
+        (Err(m), Some(t)) => {
+            compare::no_farther_from_truth(got, want, t, bounds).map_err(|n| format!("{m}; {n}"))
+        }
+    }
+}
+
 /// Checks `g` with `opts` (see the module doc).
 pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
     let unstable = ill_conditioned(g);
@@ -292,6 +397,7 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
         .copied()
         .unwrap_or(true);
     let grad_bounds = compare::loosest(g.nodes().map(|(_, n)| n.ty.dtype));
+    let wide = widened(g);
     let mut runs = 0;
     let mut any = false;
     let graph = g.clone();
@@ -332,6 +438,7 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
             continue;
         };
         any = true;
+        let mut truth = Truth::new(wide.as_ref(), &xs);
         for (e, f) in &compiled {
             if *e == Executor::Interp && case.special && has_integers {
                 // special values saturate into integers past 2^53, inexact in f64
@@ -348,7 +455,10 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
                         let same = if *e == Executor::Interp {
                             compare::agree_with_f64_oracle(a, b)
                         } else {
-                            compare::agree(a, b)
+                            let same = compare::agree(a, b);
+                            let bounds = compare::bounds(b.dtype());
+                            let t = if same.is_err() { truth.output(i) } else { None };
+                            or_near_truth(same, a, b, t, bounds)
                         };
                         if let Err(m) = same {
                             return diverged(*e, false, format!("output {i}: {m}"));
@@ -372,7 +482,11 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
                     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                         let same = match (a, b) {
                             (None, None) => Ok(()),
-                            (Some(a), Some(b)) => compare::agree_within(a, b, grad_bounds),
+                            (Some(a), Some(b)) => {
+                                let same = compare::agree_within(a, b, grad_bounds);
+                                let t = if same.is_err() { truth.grad(i) } else { None };
+                                or_near_truth(same, a, b, t, grad_bounds)
+                            }
                             (a, b) => Err(format!(
                                 "a gradient {} vs {}",
                                 if a.is_some() { "computed" } else { "missing" },

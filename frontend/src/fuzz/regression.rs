@@ -80,7 +80,6 @@ pub fn write(dir: &Path, name: &str, g: &Graph, d: &Divergence, origin: &str) ->
     } else {
         ""
     };
-    let command = if d.grad { "grad" } else { "run" };
     let mut text = String::new();
     for line in format!("{origin}: {d}").lines() {
         text.push_str(&format!("# {line}\n"));
@@ -90,10 +89,18 @@ pub fn write(dir: &Path, name: &str, g: &Graph, d: &Divergence, origin: &str) ->
         d.executor, d.grad, c.sizes.0, c.sizes.1, c.seed, c.transposed, c.special
     ));
     text.push_str(&format!(
-        "# reproduce: cargo run --release -- {command} {} --inputs {} --backend {backend}{unfused}\n",
-        kir.display(),
-        st.display()
+        "# reproduce: cargo run --release -- fuzz --replay {}\n",
+        kir.display()
     ));
+    // `kiln grad` differentiates a scalar first output; the check differentiates the sum
+    // of the first output through compiled training, so only forward cases get this line
+    if !d.grad {
+        text.push_str(&format!(
+            "# outputs: cargo run --release -- run {} --inputs {} --backend {backend}{unfused}\n",
+            kir.display(),
+            st.display()
+        ));
+    }
     text.push_str(&g.to_string());
     std::fs::write(&kir, text).map_err(|e| io_err(&kir, e))?;
     let xs = make_inputs(g, *c)?;
