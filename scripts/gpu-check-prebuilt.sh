@@ -6,7 +6,10 @@
 # the .so.12 names the loader asks for (the cuBLAS calls kiln makes are in both).
 #   bash scripts/gpu-check-prebuilt.sh .gpu-pack/pack.tar.xz
 # Leases on such machines are short: KILN_GPU_TEST_TIMEOUT (seconds per test binary) and
-# KILN_GPU_BENCH_TIMEOUT bound each part (default 600), KILN_GPU_BENCH_ARGS adds bench flags.
+# KILN_GPU_BENCH_TIMEOUT bound each part (default 600), KILN_GPU_BENCH_ARGS adds bench flags;
+# `kiln fuzz --backend cuda` runs KILN_GPU_FUZZ_SECONDS (default 60) within KILN_GPU_FUZZ_TIMEOUT
+# (default 300, minimising included), KILN_GPU_FUZZ_ARGS adds flags (--grad), and writes
+# minimised divergences to KILN_GPU_FUZZ_DIR (default target/gpu-fuzz).
 # On an H100 the tests took about a minute; the full bench did not finish in 150 s (the
 # eager side and the limit probes run on the host); `KILN_GPU_BENCH_ARGS=--quick` took ~25 s.
 set -uo pipefail
@@ -79,6 +82,22 @@ KILN_CUDA_DEVICE=0 timeout "${KILN_GPU_BENCH_TIMEOUT:-600}" "$work/bin/kiln" ben
   --json target/gpu-bench.json ${KILN_GPU_BENCH_ARGS:-} || {
   rc=$?
   echo "kiln bench exited with status $rc"
+  status=1
+}
+
+echo "== kiln fuzz --backend cuda =="
+# random graphs compiled for the GPU against eager (and gradients with --grad); each
+# divergence is minimised into KILN_GPU_FUZZ_DIR as a .kir regression file
+fuzz_dir="${KILN_GPU_FUZZ_DIR:-target/gpu-fuzz}"
+mkdir -p "$fuzz_dir"
+# the cuda backend's regression files (found on a GPU, checked in CI on the emulated device)
+KILN_CUDA_DEVICE=0 timeout "${KILN_GPU_TEST_TIMEOUT:-600}" "$work/bin/kiln" fuzz --replay \
+  tests/regressions/fuzz_cuda_*.kir | tail -1 || status=1
+# shellcheck disable=SC2086 # KILN_GPU_FUZZ_ARGS is a list of flags
+KILN_CUDA_DEVICE=0 timeout "${KILN_GPU_FUZZ_TIMEOUT:-300}" "$work/bin/kiln" fuzz --backend cuda \
+  --seconds "${KILN_GPU_FUZZ_SECONDS:-60}" --regressions "$fuzz_dir" ${KILN_GPU_FUZZ_ARGS:-} || {
+  rc=$?
+  echo "kiln fuzz exited with status $rc"
   status=1
 }
 

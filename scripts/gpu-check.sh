@@ -5,7 +5,9 @@
 # makes a missing GPU or NVRTC a failure (KILN_REQUIRE_GPU=1, KILN_REQUIRE_NVRTC=1), runs
 # every test whose name holds `cuda` or `gpu` (DriverGpu's, and the CUDA plans' `::cuda`
 # variants), the cuda backend's compile tests and the eager CUDA tensor tests on device 0 (KILN_CUDA_DEVICE=0 instead of the
-# emulated device they use elsewhere), and `kiln bench --backend cuda`, in release.
+# emulated device they use elsewhere), `kiln bench --backend cuda`, and `kiln fuzz --backend
+# cuda` for KILN_GPU_FUZZ_SECONDS (default 60; KILN_GPU_FUZZ_ARGS adds flags, minimised
+# divergences go to KILN_GPU_FUZZ_DIR, default target/gpu-fuzz), in release.
 #   bash scripts/gpu-check.sh
 # On a GPU machine with no Rust toolchain or network, it runs what scripts/gpu-pack.sh built
 # elsewhere (.gpu-pack/pack.tar.xz, or KILN_GPU_PACK): the same tests and bench from prebuilt
@@ -68,6 +70,16 @@ echo "== kiln bench --backend cuda =="
 mkdir -p target
 KILN_CUDA_DEVICE=0 cargo run --release --locked -- bench --backend cuda \
   --json target/gpu-bench.json || status=$?
+
+echo "== kiln fuzz --backend cuda =="
+fuzz_dir="${KILN_GPU_FUZZ_DIR:-target/gpu-fuzz}"
+mkdir -p "$fuzz_dir"
+KILN_CUDA_DEVICE=0 cargo run --release --locked -- fuzz --replay tests/regressions/fuzz_cuda_*.kir \
+  | tail -1 || status=$?
+# shellcheck disable=SC2086 # KILN_GPU_FUZZ_ARGS is a list of flags
+KILN_CUDA_DEVICE=0 cargo run --release --locked -- fuzz --backend cuda \
+  --seconds "${KILN_GPU_FUZZ_SECONDS:-60}" --regressions "$fuzz_dir" ${KILN_GPU_FUZZ_ARGS:-} \
+  || status=$?
 
 echo "== summary =="
 passed=$(grep -E '^test result:' "$log" | grep -Eo '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
