@@ -74,8 +74,15 @@ impl Sources {
     }
 }
 
-/// Whether kernel `to` is reachable from kernel `from` along `deps` (each kernel's set of
-/// kernels it reads), `from` itself included.
+/// The most kernels one reachability question visits: past it the answer is "maybe", and
+/// the join or merge is refused. Exact for graphs of fewer kernels (every training graph of
+/// the bench); it keeps a fan of 10,000 ops from walking the whole kernel graph per merge
+/// (52 s of greedy fusion before).
+const REACH_BUDGET: usize = 4096;
+
+/// Whether kernel `to` may be reachable from kernel `from` along `deps` (each kernel's set
+/// of kernels it reads), `from` itself included: true when it is, or when finding out would
+/// visit more than [`REACH_BUDGET`] kernels (refusing a join is always safe).
 fn reaches(deps: &[HashSet<usize>], from: usize, to: usize) -> bool {
     let mut seen: HashSet<usize> = HashSet::new();
     let mut stack = vec![from];
@@ -84,10 +91,30 @@ fn reaches(deps: &[HashSet<usize>], from: usize, to: usize) -> bool {
             return true;
         }
         if seen.insert(k) {
+            if seen.len() > REACH_BUDGET {
+                return true;
+            }
             stack.extend(deps[k].iter().copied());
         }
     }
     false
+}
+
+/// The values the members of a kernel read from outside it.
+fn outside_reads(
+    g: &Graph,
+    members: &[NodeId],
+    group_of: &HashMap<NodeId, usize>,
+    gid: usize,
+) -> HashSet<NodeId> {
+    members
+        .iter()
+        .flat_map(|m| g.node(*m).args.iter())
+        .filter_map(|x| match x {
+            Arg::Value(v) if group_of.get(v) != Some(&gid) => Some(*v),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Merges each pointwise kernel into the one kernel that reads its results (directly, not
@@ -133,6 +160,18 @@ fn merge_into_consumers(g: &Graph, group_of: &mut HashMap<NodeId, usize>, groups
             }
         }
     }
+    // per kernel: the kernels that read it (the reverse of `deps`), and the values it reads
+    // from outside itself; both kept up to date through the merges, so a merge costs what
+    // the two kernels touch, not the whole graph (a fan of 10,000 ops took 52 s)
+    let mut dependents: Vec<HashSet<usize>> = vec![HashSet::new(); groups.len()];
+    for (k, d) in deps.iter().enumerate() {
+        for &c in d {
+            dependents[c].insert(k);
+        }
+    }
+    let mut reads: Vec<HashSet<NodeId>> = (0..groups.len())
+        .map(|k| outside_reads(g, &members[k], group_of, k))
+        .collect();
     let mut changed = true;
     while changed {
         changed = false;
@@ -145,25 +184,30 @@ fn merge_into_consumers(g: &Graph, group_of: &mut HashMap<NodeId, usize>, groups
             if groups[b].body.kind == GroupKind::Copy {
                 continue;
             }
-            // another path from a to b (a → c → … → b) would make the merged kernel a cycle
-            if deps[b].iter().any(|&c| c != a && reaches(&deps, c, a)) {
+            // another path from a to b (a → c → … → b) would make the merged kernel a cycle;
+            // it starts at a kernel c ≠ b that reads a, which `dependents` knows at once
+            if dependents[a].iter().any(|&c| c != b) {
                 continue;
             }
             let Some((kind, space)) = merged_kind(&groups[a].body, &groups[b].body) else {
                 continue;
             };
-            let merged: HashSet<NodeId> = members[a].iter().chain(&members[b]).copied().collect();
-            let reads: HashSet<NodeId> = merged
-                .iter()
-                .flat_map(|m| g.node(*m).args.iter())
-                .filter_map(|x| match x {
-                    Arg::Value(v) if !merged.contains(v) => Some(*v),
-                    _ => None,
-                })
-                .collect();
-            if reads.len() > MAX_GROUP_INPUTS {
+            // merging takes out of b's reads at most a's members: too many stay too many
+            if reads[b].len() > MAX_GROUP_INPUTS + members[a].len() {
                 continue;
             }
+            let inside = |v: &NodeId| matches!(group_of.get(v), Some(&k) if k == a || k == b);
+            let merged_reads: HashSet<NodeId> = reads[a]
+                .iter()
+                .chain(&reads[b])
+                .filter(|v| !inside(v))
+                .copied()
+                .collect();
+            if merged_reads.len() > MAX_GROUP_INPUTS {
+                continue;
+            }
+            reads[b] = merged_reads;
+            reads[a].clear();
             let moved = std::mem::take(&mut members[a]);
             for m in &moved {
                 group_of.insert(*m, b);
@@ -174,20 +218,26 @@ fn merge_into_consumers(g: &Graph, group_of: &mut HashMap<NodeId, usize>, groups
             // b now reads what a read, and whoever read a reads b
             let from_a = std::mem::take(&mut deps[a]);
             deps[b].remove(&a);
-            deps[b].extend(from_a.into_iter().filter(|&c| c != b));
-            for (k, d) in deps.iter_mut().enumerate() {
-                if k != b && d.remove(&a) {
-                    d.insert(b);
+            dependents[a].remove(&b);
+            for &c in &from_a {
+                // what a read directly, b now reads directly
+                if direct_readers[c].remove(&a) {
+                    direct_readers[c].insert(b);
                 }
+                dependents[c].remove(&a);
+                if c != b {
+                    deps[b].insert(c);
+                    dependents[c].insert(b);
+                }
+            }
+            for k in std::mem::take(&mut dependents[a]) {
+                deps[k].remove(&a);
+                deps[k].insert(b);
+                dependents[b].insert(k);
             }
             for r in std::mem::take(&mut direct_readers[a]) {
                 if r != b {
                     direct_readers[b].insert(r);
-                }
-            }
-            for r in direct_readers.iter_mut() {
-                if r.remove(&a) {
-                    r.insert(b);
                 }
             }
             direct_readers[b].remove(&b);

@@ -20,7 +20,7 @@ use crate::egraph::lang::TNode;
 use crate::egraph::{fusion, TEGraph, TensorAnalysis};
 use crate::fused::{Fused, KernelTag};
 use crate::PassError;
-use egg::{Extractor, Id, Runner, SimpleScheduler, StopReason};
+use egg::{Extractor, Id, Language, Runner, SimpleScheduler, StopReason};
 use kiln_ir::{Arg, Graph, NodeId, Op};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -328,6 +328,35 @@ impl Emitter<'_, '_> {
             .map(|(_, l)| l.clone())
     }
 
+    /// Emits class `root` and everything it reads: operands first, in the order a
+    /// left-to-right recursion would take, walked with an explicit stack (a 20,000-op
+    /// chain overflowed the recursion), so [`Emitter::emit`] finds every operand emitted.
+    fn emit_from(&mut self, root: Id) -> Result<Arg, PassError> {
+        let mut stack = vec![(self.eg.find(root), false)];
+        let mut expanded = std::collections::HashSet::new();
+        while let Some((id, operands_done)) = stack.pop() {
+            if self.memo.contains_key(&id) {
+                continue;
+            }
+            if operands_done {
+                self.emit(id)?;
+                continue;
+            }
+            if !expanded.insert(id) {
+                continue;
+            }
+            stack.push((id, true));
+            let node = self.ex.find_best_node(id);
+            for c in node.children().iter().rev() {
+                let c = self.eg.find(*c);
+                if !self.memo.contains_key(&c) {
+                    stack.push((c, false));
+                }
+            }
+        }
+        self.emit(root)
+    }
+
     fn emit(&mut self, id: Id) -> Result<Arg, PassError> {
         let id = self.eg.find(id);
         if let Some(a) = self.memo.get(&id) {
@@ -430,7 +459,7 @@ fn emit<'a>(
     };
     let mut outs = Vec::new();
     for r in roots {
-        match em.emit(*r)? {
+        match em.emit_from(*r)? {
             Arg::Value(v) => outs.push(v),
             Arg::Scalar(s) => {
                 return Err(PassError::Unsupported {
