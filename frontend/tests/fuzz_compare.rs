@@ -1,5 +1,5 @@
-//! The fuzzer's comparisons: half-precision disagreements are measured against the graph
-//! widened to f32, and a wrong answer is still one.
+//! The fuzzer's comparisons: disagreements are measured against the graph widened to f64,
+//! and a wrong answer is still one.
 
 use kiln::fuzz::compare::no_farther_from_truth;
 use kiln::fuzz::widened;
@@ -11,7 +11,7 @@ fn graph(text: &str) -> kiln::Graph {
 }
 
 #[test]
-fn a_half_graph_widens_to_f32_types_casts_and_attributes() {
+fn a_graph_widens_to_f64_types_casts_and_attributes() {
     let g = graph(
         "graph @g(%x: bf16[2, 3], %y: f16[3]) -> f16[2, 3] {
   %0 = cast %x {dtype = f16} : f16[2, 3]
@@ -24,21 +24,27 @@ fn a_half_graph_widens_to_f32_types_casts_and_attributes() {
     );
     let w = widened(&g).unwrap();
     let text = w.to_string();
-    assert!(!text.contains("f16"), "{text}");
+    assert!(!text.contains("f16") && !text.contains("f32"), "{text}");
     for (_, n) in w.nodes() {
-        assert_eq!(n.ty.dtype, DType::F32, "{text}");
+        assert_eq!(n.ty.dtype, DType::F64, "{text}");
     }
-    // a graph without half values has nothing to widen
-    let f = graph("graph @f(%x: f32[2]) -> f32[2] {\n  %0 = exp %x : f32[2]\n  return %0\n}");
+    // a graph without float values has nothing to widen; integers stay as they are
+    let f = graph("graph @f(%x: i32[2]) -> i32[2] {\n  %0 = neg %x : i32[2]\n  return %0\n}");
     assert!(widened(&f).is_none());
+    let h = graph(
+        "graph @h(%x: i32[2]) -> f32[2] {\n  %0 = cast %x {dtype = f32} : f32[2]\n  return %0\n}",
+    );
+    let wh = widened(&h).unwrap();
+    let dtypes: Vec<DType> = wh.nodes().map(|(_, n)| n.ty.dtype).collect();
+    assert_eq!(dtypes, [DType::I32, DType::F64], "{wh}");
 }
 
 #[test]
 fn an_answer_no_farther_from_the_truth_than_eager_agrees_and_a_wrong_one_does_not() {
     // a layer norm's bf16 gradient over three elements (tests/regressions/fuzz_cuda_184):
-    // eager and the cuda backend land on either side of the f32 truth
+    // eager and the cuda backend land on either side of the truth
     let t = |v: &[f64], dtype| Tensor::from_f64(v, &[3], dtype).unwrap();
-    let truth = t(&[0.12065, -1.28074, 1.16009], DType::F32);
+    let truth = t(&[0.12065, -1.28074, 1.16009], DType::F64);
     let eager = t(&[0.129883, -1.234375, 1.15625], DType::BF16);
     let cuda = t(&[0.114746, -1.328125, 1.1875], DType::BF16);
     let bounds = (1e-2, 8.0 * 2f64.powi(-7));
@@ -46,7 +52,7 @@ fn an_answer_no_farther_from_the_truth_than_eager_agrees_and_a_wrong_one_does_no
     // an element off by a third of the scale is a divergence still
     let wrong = t(&[0.5, -1.28125, 1.15625], DType::BF16);
     let e = no_farther_from_truth(&wrong, &eager, &truth, bounds).unwrap_err();
-    assert!(e.contains("from the f32 truth"), "{e}");
+    assert!(e.contains("from the f64 truth"), "{e}");
     // non-finite values must match eager's exactly
     let nan = t(&[f64::NAN, -1.28125, 1.15625], DType::BF16);
     assert!(no_farther_from_truth(&nan, &eager, &truth, bounds).is_err());

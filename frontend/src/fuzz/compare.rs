@@ -16,13 +16,14 @@
 //! A gradient is compared within the loosest bounds of the dtypes of the whole graph
 //! ([`loosest`]): it flows back through every op, so through the lowest precision.
 //!
-//! Half precision can be worse than any fixed bound: a layer norm's gradient over three
-//! bf16 elements cancels terms many times its size, and eager's own answer is then a few
-//! percent off (kiln eager, the cuda backend and torch's bf16 each land on another side of
-//! the true value). Where a graph with f16 or bf16 values disagrees, the graph is run once
-//! more with those dtypes widened to f32 (the truth, see [`super::widened`]), and the
-//! executor agrees when it is no farther from the truth than twice eager's own distance
-//! plus the dtype's bounds ([`no_farther_from_truth`]): a miscompile lands much farther.
+//! Ill-conditioned results can be worse than any fixed bound: a layer norm's gradient over
+//! three bf16 elements cancels terms many times its size, and eager's own answer is then a
+//! few percent off (kiln eager, the cuda backend and torch's bf16 each land on another side
+//! of the true value); an f32 layer norm of three nearly equal values likewise. Where an
+//! executor disagrees with eager, the graph is run once more with its float dtypes widened
+//! to f64 (the truth, see [`super::widened`]), and the executor agrees when it is no farther
+//! from the truth than twice eager's own distance plus the dtype's bounds
+//! ([`no_farther_from_truth`]): a miscompile lands much farther.
 
 use crate::Tensor;
 use kiln_ir::DType;
@@ -108,7 +109,7 @@ fn compare_values(
     Ok(())
 }
 
-/// `Ok` when `got` is no farther from `truth` (the same values computed in f32) than twice
+/// `Ok` when `got` is no farther from `truth` (the same values computed in f64) than twice
 /// `want`'s (eager's) distance from it, plus `(atol, rtol)` of the truth's scale (normwise,
 /// over the finite elements; non-finite elements of `got` and `want` must match as in
 /// [`agree`]).
@@ -152,7 +153,7 @@ pub fn no_farther_from_truth(
         Ok(())
     } else {
         Err(format!(
-            "{got_err:e} from the f32 truth, eager {want_err:e} (bound {bound:e})"
+            "{got_err:e} from the f64 truth, eager {want_err:e} (bound {bound:e})"
         ))
     }
 }

@@ -282,14 +282,14 @@ fn unstable_outputs(g: &Graph, jumps_at: fn(&Op) -> bool, always: fn(&Op) -> boo
     g.outputs().iter().map(|o| unstable.contains(o)).collect()
 }
 
-/// `g` with its f16 and bf16 values widened to f32 (types, casts and dtype attributes, by
-/// way of the text form, which is parsed and verified again); `None` when `g` has no half
-/// values or the widened text does not verify. Its results are the truth that half-precision
-/// disagreements are measured against ([`compare::no_farther_from_truth`]).
+/// `g` with its f16, bf16 and f32 values widened to f64 (types, casts and dtype attributes,
+/// by way of the text form, which is parsed and verified again); `None` when `g` has no such
+/// values or the widened text does not verify. Its results are the truth that disagreements
+/// are measured against ([`compare::no_farther_from_truth`]).
 pub fn widened(g: &Graph) -> Option<Graph> {
     if !g
         .nodes()
-        .any(|(_, n)| matches!(n.ty.dtype, DType::F16 | DType::BF16))
+        .any(|(_, n)| matches!(n.ty.dtype, DType::F16 | DType::BF16 | DType::F32))
     {
         return None;
     }
@@ -298,7 +298,7 @@ pub fn widened(g: &Graph) -> Option<Graph> {
     let mut word = String::new();
     let flush = |word: &mut String, out: &mut String| {
         out.push_str(match word.as_str() {
-            "f16" | "bf16" => "f32",
+            "f16" | "bf16" | "f32" => "f64",
             w => w,
         });
         word.clear();
@@ -315,11 +315,11 @@ pub fn widened(g: &Graph) -> Option<Graph> {
     kiln_ir::text::parse_graph(&out).ok()
 }
 
-/// The inputs of [`widened`]: half tensors cast to f32 (exactly), others as they are.
+/// The inputs of [`widened`]: float tensors cast to f64 (exactly), others as they are.
 fn widen_inputs(xs: &[Tensor]) -> Result<Vec<Tensor>> {
     xs.iter()
         .map(|x| match x.dtype() {
-            DType::F16 | DType::BF16 => x.cast(DType::F32),
+            DType::F16 | DType::BF16 | DType::F32 => x.cast(DType::F64),
             _ => Ok(x.clone()),
         })
         .collect()

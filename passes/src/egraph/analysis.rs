@@ -103,7 +103,13 @@ fn fold(op: &Op, args: &[&ClassData], out: &TensorType) -> Option<Scalar> {
             let (x, y) = (konst(args[0])?, konst(args[1])?);
             Some(round_as(b.eval_f64(x.to_f64(), y.to_f64()), true))
         }
-        Op::Cast { .. } => Some(round(konst(args[0])?.to_f64())),
+        Op::Cast { .. } => match (konst(args[0])?, out.dtype) {
+            // an integer to an integer wraps, exactly as eager's cast does (not by way of
+            // f64, where i64::MAX is 2^63 and wraps to 0 instead of -1)
+            (Scalar::Int(i), DType::I32) => Some(Scalar::Int(i64::from(i as i32))),
+            (Scalar::Int(i), DType::I64) => Some(Scalar::Int(i)),
+            (c, _) => Some(round(c.to_f64())),
+        },
         Op::Reshape { .. }
         | Op::Expand { .. }
         | Op::Transpose { .. }
