@@ -74,10 +74,9 @@ impl Sources {
     }
 }
 
-/// The most kernels one reachability question visits: past it the answer is "maybe", and
-/// the join or merge is refused. Exact for graphs of fewer kernels (every training graph of
-/// the bench); it keeps a fan of 10,000 ops from walking the whole kernel graph per merge
-/// (52 s of greedy fusion before).
+/// The most kernels one reachability question of the walk visits: past it the answer is
+/// "maybe", and the join is refused. Exact for graphs of fewer kernels (every training graph
+/// of the bench); it keeps a big graph from walking the whole kernel graph per join.
 const REACH_BUDGET: usize = 4096;
 
 /// Whether kernel `to` may be reachable from kernel `from` along `deps` (each kernel's set
