@@ -16,6 +16,7 @@ use super::functional::{write_back, WholeEffects};
 use super::guards::{GuardFailure, Guards, TensorGuard};
 use super::lazy;
 use super::logs;
+use super::repro;
 use super::stats::CompileStats;
 use super::tracer::{GraphBreak, SegmentRunner, TraceEnd, Tracer};
 use super::training::Training;
@@ -443,6 +444,8 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     generalize(&graph, n_args, &dynamic, previous)
                 };
                 let mut symbolic = general.is_some();
+                // what a failing compile writes to KILN_REPRO_DIR: the graph's inputs
+                let repro_inputs: Vec<&Tensor> = flat.iter().chain(&params).collect();
                 let (graph, training) = match general {
                     Some(general) => {
                         match build_training(&general, flat, &params, &effects, opts) {
@@ -456,14 +459,23 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                                     opts.name
                                 );
                                 symbolic = false;
-                                let training =
-                                    build_training(&graph, flat, &params, &effects, opts)?;
+                                let training = repro::on_failure(
+                                    build_training(&graph, flat, &params, &effects, opts),
+                                    &graph,
+                                    &repro_inputs,
+                                    opts.backend,
+                                )?;
                                 (graph, training)
                             }
                         }
                     }
                     None => {
-                        let training = build_training(&graph, flat, &params, &effects, opts)?;
+                        let training = repro::on_failure(
+                            build_training(&graph, flat, &params, &effects, opts),
+                            &graph,
+                            &repro_inputs,
+                            opts.backend,
+                        )?;
                         (graph, training)
                     }
                 };
@@ -476,7 +488,12 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     }
                     None => {
                         self.shared.compiles.fetch_add(1, Ordering::Relaxed);
-                        Arc::from(opts.backend.compile(&graph, opts)?)
+                        Arc::from(repro::on_failure(
+                            opts.backend.compile(&graph, opts),
+                            &graph,
+                            &repro_inputs,
+                            opts.backend,
+                        )?)
                     }
                 };
                 let mut arg_guards = Vec::with_capacity(n_args);

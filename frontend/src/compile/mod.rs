@@ -28,6 +28,7 @@ mod functional;
 mod guards;
 pub(crate) mod lazy;
 mod logs;
+mod repro;
 mod stats;
 mod tracer;
 mod training;
