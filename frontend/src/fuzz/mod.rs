@@ -326,7 +326,7 @@ fn widen_inputs(xs: &[Tensor]) -> Result<Vec<Tensor>> {
 }
 
 /// The truth of one case, computed on first need: the widened graph's outputs and
-/// gradients (`None` where the graph has no half values or the widened run failed).
+/// gradients (`None` where the graph has no float values or the widened run failed).
 struct Truth<'a> {
     graph: Option<&'a Graph>,
     xs: &'a [Tensor],
