@@ -93,11 +93,10 @@ fn scheduled_cost(f: &Fused) -> f64 {
     schedule(f).map(|s| s.cost(64)).unwrap_or(f64::INFINITY)
 }
 
-/// The cheaper of the two greedy walks of `g` and one kernel per op, by scheduled cost.
-fn greedy_only(g: &Graph) -> (Fused, String) {
-    let unfused = Fused::unfused(g.clone());
-    let c_unfused = scheduled_cost(&unfused);
-    let (best, c) = [greedy_fuse(g), greedy_fuse_any_operand(g)]
+/// The cheaper of the two greedy walks of `g` (first operand; any operand), with its
+/// scheduled cost.
+fn cheaper_greedy_walk(g: &Graph) -> (Fused, f64) {
+    [greedy_fuse(g), greedy_fuse_any_operand(g)]
         .into_iter()
         .map(|f| {
             let f = f.keep_f64_in_kernels();
@@ -105,7 +104,14 @@ fn greedy_only(g: &Graph) -> (Fused, String) {
             (f, c)
         })
         .min_by(|a, b| a.1.total_cmp(&b.1))
-        .expect("two candidates");
+        .expect("two candidates")
+}
+
+/// The cheaper of the two greedy walks of `g` and one kernel per op, by scheduled cost.
+fn greedy_only(g: &Graph) -> (Fused, String) {
+    let unfused = Fused::unfused(g.clone());
+    let c_unfused = scheduled_cost(&unfused);
+    let (best, c) = cheaper_greedy_walk(g);
     if c_unfused < c {
         (
             unfused,
@@ -135,20 +141,8 @@ fn run_fuse(f: &Fused, o: &PassOptions) -> Result<Fused, PassError> {
     };
     let optimized = optimize(&f.graph, &opts)?;
     let report = &optimized.report;
-    // the two greedy walks of the simplified graph (first operand; any operand): the
-    // cheaper is the greedy candidate
-    let (greedy, c_greedy) = [
-        greedy_fuse(&optimized.simplified),
-        greedy_fuse_any_operand(&optimized.simplified),
-    ]
-    .into_iter()
-    .map(|g| {
-        let g = g.keep_f64_in_kernels();
-        let c = scheduled_cost(&g);
-        (g, c)
-    })
-    .min_by(|a, b| a.1.total_cmp(&b.1))
-    .expect("two candidates");
+    // the greedy candidate: the cheaper walk of the simplified graph
+    let (greedy, c_greedy) = cheaper_greedy_walk(&optimized.simplified);
     let extracted = optimized.extracted.keep_f64_in_kernels();
     let c_egraph = scheduled_cost(&extracted);
     let (mut best, why) = if c_greedy < c_egraph {

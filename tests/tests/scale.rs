@@ -9,6 +9,7 @@ use kiln::graph_exec::replay;
 use kiln::ir::interp::eval;
 use kiln::ir::text::parse_graph;
 use kiln::{compile, Graph, Tensor};
+use kiln_tests::{corpus_inputs, value};
 
 /// `n` unary ops in a chain, with an add of the input every seventh.
 fn chain(n: usize) -> String {
@@ -58,29 +59,12 @@ fn fan(width: usize) -> String {
 /// Compiles `g` (the cpu backend) on a thread with the default 2 MiB test stack and checks
 /// it against the interpreter.
 fn compiles_and_matches(g: &Graph, tol: f64) {
-    let xs: Vec<Tensor> = g
-        .inputs()
+    // small values: 20,000 ops of a chain stay in range
+    let xs: Vec<Tensor> = corpus_inputs(g, 7)
         .iter()
-        .enumerate()
-        .map(|(i, (_, id))| {
-            let ty = &g.node(*id).ty;
-            let shape: Vec<usize> = ty
-                .shape
-                .dims()
-                .iter()
-                .map(|d| d.as_const().unwrap())
-                .collect();
-            // small values: 20,000 ops of a chain stay in range
-            (&Tensor::randn(&shape, ty.dtype, 7 + i as u64).unwrap() * 0.25).unwrap()
-        })
+        .map(|x| (x * 0.25).unwrap())
         .collect();
-    let vals: Vec<_> = xs
-        .iter()
-        .map(|x| {
-            kiln::ir::interp::Value::new(x.dtype(), x.shape().to_vec(), x.to_vec_f64().unwrap())
-                .unwrap()
-        })
-        .collect();
+    let vals: Vec<_> = xs.iter().map(value).collect();
     let want = eval(g, &vals).unwrap();
     let graph = g.clone();
     let f = compile(move |xs: &Vec<Tensor>| replay(&graph, xs));

@@ -446,6 +446,15 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 let mut symbolic = general.is_some();
                 // what a failing compile writes to KILN_REPRO_DIR: the graph's inputs
                 let repro_inputs: Vec<&Tensor> = flat.iter().chain(&params).collect();
+                // the training graphs of these sizes, or the graph and inputs kept on failure
+                let static_training = |graph: &Graph| {
+                    repro::on_failure(
+                        build_training(graph, flat, &params, &effects, opts),
+                        graph,
+                        &repro_inputs,
+                        opts.backend,
+                    )
+                };
                 let (graph, training) = match general {
                     Some(general) => {
                         match build_training(&general, flat, &params, &effects, opts) {
@@ -459,23 +468,13 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                                     opts.name
                                 );
                                 symbolic = false;
-                                let training = repro::on_failure(
-                                    build_training(&graph, flat, &params, &effects, opts),
-                                    &graph,
-                                    &repro_inputs,
-                                    opts.backend,
-                                )?;
+                                let training = static_training(&graph)?;
                                 (graph, training)
                             }
                         }
                     }
                     None => {
-                        let training = repro::on_failure(
-                            build_training(&graph, flat, &params, &effects, opts),
-                            &graph,
-                            &repro_inputs,
-                            opts.backend,
-                        )?;
+                        let training = static_training(&graph)?;
                         (graph, training)
                     }
                 };

@@ -16,6 +16,7 @@ use crate::{Result, Tensor};
 use inputs::{make_inputs, InputSpec};
 use kiln_ir::ops::derivative::differentiable;
 use kiln_ir::{Arg, BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
+use std::cell::OnceCell;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -326,26 +327,35 @@ fn widen_inputs(xs: &[Tensor]) -> Result<Vec<Tensor>> {
 }
 
 /// The truth of one case, computed on first need: the widened graph's outputs and
-/// gradients (`None` where the graph has no float values or the widened run failed).
+/// gradients (`None` where the graph has no float values or the widened run failed). The
+/// widened graph itself is made on first need too, once for all cases of a graph.
 struct Truth<'a> {
-    graph: Option<&'a Graph>,
+    source: &'a Graph,
+    wide: &'a OnceCell<Option<Graph>>,
     xs: &'a [Tensor],
     outputs: Option<Option<Vec<Tensor>>>,
     grads: Option<Option<Vec<Option<Tensor>>>>,
 }
 
 impl<'a> Truth<'a> {
-    fn new(graph: Option<&'a Graph>, xs: &'a [Tensor]) -> Truth<'a> {
+    fn new(source: &'a Graph, wide: &'a OnceCell<Option<Graph>>, xs: &'a [Tensor]) -> Truth<'a> {
         Truth {
-            graph,
+            source,
+            wide,
             xs,
             outputs: None,
             grads: None,
         }
     }
 
+    /// The widened graph.
+    fn graph(&self) -> Option<&'a Graph> {
+        let (source, wide) = (self.source, self.wide);
+        wide.get_or_init(|| widened(source)).as_ref()
+    }
+
     fn output(&mut self, i: usize) -> Option<&Tensor> {
-        let (graph, xs) = (self.graph, self.xs);
+        let (graph, xs) = (self.graph(), self.xs);
         self.outputs
             .get_or_insert_with(|| {
                 let g = graph?;
@@ -356,7 +366,7 @@ impl<'a> Truth<'a> {
     }
 
     fn grad(&mut self, i: usize) -> Option<&Tensor> {
-        let (graph, xs) = (self.graph, self.xs);
+        let (graph, xs) = (self.graph(), self.xs);
         self.grads
             .get_or_insert_with(|| {
                 let g = graph?;
@@ -397,7 +407,7 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
         .copied()
         .unwrap_or(true);
     let grad_bounds = compare::loosest(g.nodes().map(|(_, n)| n.ty.dtype));
-    let wide = widened(g);
+    let wide = OnceCell::new();
     let mut runs = 0;
     let mut any = false;
     let graph = g.clone();
@@ -438,7 +448,7 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
             continue;
         };
         any = true;
-        let mut truth = Truth::new(wide.as_ref(), &xs);
+        let mut truth = Truth::new(g, &wide, &xs);
         for (e, f) in &compiled {
             if *e == Executor::Interp && case.special && has_integers {
                 // special values saturate into integers past 2^53, inexact in f64
