@@ -360,3 +360,89 @@ fn layout_copies() {
         0.0,
     );
 }
+
+/// `a @ b` of row-major f64 values: `a` is `[m, k]`, `b` is `[k, n]`.
+fn naive_product(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            for j in 0..n {
+                c[i * n + j] += a[i * k + p] * b[p * n + j];
+            }
+        }
+    }
+    c
+}
+
+/// Products big enough that operands whose rows are not contiguous are copied row-major
+/// before the gemm (every layout of each operand, batched and not, `linear`'s wᵀ and
+/// `matmul_into`): the values of a naive product, and the operands are left as they were.
+#[test]
+fn big_products_of_strided_operands_match_a_naive_product() {
+    let (m, k, n) = (300, 64, 270);
+    let a = randn(&[m, k], DType::F32, 31);
+    let b = randn(&[k, n], DType::F32, 32);
+    let want = naive_product(&a.to_f64_vec(), &b.to_f64_vec(), m, k, n);
+    let tol = 1e-4;
+    let mut a_layouts = layouts(&a);
+    a_layouts.push(a.clone());
+    let mut b_layouts = layouts(&b);
+    b_layouts.push(b.clone());
+    for la in &a_layouts {
+        for lb in &b_layouts {
+            let got = ex(Op::Matmul, &[la, lb]);
+            assert_eq!(got.shape(), &[m, n]);
+            assert_close(&got.to_f64_vec(), &want, tol, tol);
+            let out = ex(
+                Op::Full {
+                    shape: Shape::of(&[m, n]),
+                    value: Scalar::Float(f64::NAN),
+                    dtype: DType::F32,
+                },
+                &[],
+            );
+            kiln_runtime::matmul_into(la, lb, &out, None).unwrap();
+            assert_close(&out.to_f64_vec(), &want, tol, tol);
+        }
+        assert_eq!(la.to_f64_vec(), a.to_f64_vec());
+    }
+    // a batch of two items, the second operand's items transposed in storage
+    let a2 = randn(&[2, m, k], DType::F32, 33);
+    let b2 = randn(&[2, k, n], DType::F32, 34);
+    let b2t = ex(
+        Op::Permute {
+            dims: vec![0, 2, 1],
+        },
+        &[&b2],
+    );
+    let b2t = ex(Op::Contiguous, &[&b2t]);
+    let b2t = ex(
+        Op::Permute {
+            dims: vec![0, 2, 1],
+        },
+        &[&b2t],
+    );
+    let got = ex(Op::Matmul, &[&a2, &b2t]).to_f64_vec();
+    let (av, bv) = (a2.to_f64_vec(), b2.to_f64_vec());
+    for i in 0..2 {
+        let w = naive_product(
+            &av[i * m * k..][..m * k],
+            &bv[i * k * n..][..k * n],
+            m,
+            k,
+            n,
+        );
+        assert_close(&got[i * m * n..][..m * n], &w, tol, tol);
+    }
+    // linear: x @ wᵀ + bias with w [n, k] row-major (wᵀ is a transposed view)
+    let w = randn(&[n, k], DType::F32, 35);
+    let bias = randn(&[n], DType::F32, 36);
+    let wt = ex(Op::Permute { dims: vec![1, 0] }, &[&w]);
+    let wt = ex(Op::Contiguous, &[&wt]);
+    let mut want = naive_product(&a.to_f64_vec(), &wt.to_f64_vec(), m, k, n);
+    for (i, v) in want.iter_mut().enumerate() {
+        *v += bias.to_f64_vec()[i % n];
+    }
+    let got = ex(Op::Linear, &[&a, &w, &bias]);
+    assert_close(&got.to_f64_vec(), &want, tol, tol);
+}
