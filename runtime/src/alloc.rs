@@ -3,6 +3,7 @@
 //! to the system only through [`empty_cache`].
 
 use parking_lot::Mutex;
+use rayon::prelude::*;
 use std::alloc::{alloc, alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
@@ -106,6 +107,29 @@ unsafe impl Send for Block {}
 // SAFETY: as above; `&Block` exposes only the address, never the bytes.
 unsafe impl Sync for Block {}
 
+/// Blocks of at least this many bytes are zeroed by the pool's threads, a piece each.
+const PARALLEL_ZERO_BYTES: usize = 4 << 20;
+
+/// Zeroes the first `nbytes` bytes at `ptr` (a block of ours with at least that many),
+/// in parallel pieces when large: one core writes some 9 GB/s here (an embedding table's
+/// gradient, 47 MB of zeros every training step, took 5 ms).
+fn zero_bytes(ptr: NonNull<u8>, nbytes: usize) {
+    if nbytes < PARALLEL_ZERO_BYTES || rayon::current_num_threads() == 1 {
+        // SAFETY: the block has at least `nbytes` writable bytes we own.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, nbytes) };
+        return;
+    }
+    let piece = (1 << 20).max(nbytes.div_ceil(4 * rayon::current_num_threads()));
+    let base = ptr.as_ptr() as usize;
+    (0..nbytes.div_ceil(piece)).into_par_iter().for_each(|i| {
+        let start = i * piece;
+        let len = piece.min(nbytes - start);
+        // SAFETY: pieces are disjoint ranges inside the block's first `nbytes` bytes,
+        // which we own and nothing else reads while they are zeroed.
+        unsafe { std::ptr::write_bytes((base + start) as *mut u8, 0, len) };
+    });
+}
+
 impl Block {
     /// A block of at least `nbytes` bytes. Its contents are unspecified unless `zeroed`,
     /// in which case the first `nbytes` bytes are zero.
@@ -129,8 +153,7 @@ impl Block {
         };
         if let Some((ptr, class)) = cached {
             if zeroed {
-                // SAFETY: the block has at least `class >= nbytes` writable bytes we own.
-                unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, nbytes) };
+                zero_bytes(ptr, nbytes);
             }
             return Block { ptr, class };
         }
@@ -280,5 +303,23 @@ mod tests {
         }
         let e = Block::new(0, false);
         assert_eq!(e.as_ptr() as usize % ALIGN, 0);
+    }
+
+    /// A block taken from the cache and asked for zeroed is zero in every byte asked for,
+    /// below and above the size that is zeroed in parallel pieces (an odd size: the last
+    /// piece is short).
+    #[test]
+    fn cached_blocks_asked_for_zeroed_are_zeroed() {
+        for n in [3 << 20, (9 << 20) + 12345] {
+            let dirty = Block::new(n, false);
+            // SAFETY: the block holds at least n bytes, ours.
+            unsafe { std::ptr::write_bytes(dirty.as_ptr(), 0xFF, n) };
+            drop(dirty);
+            // the same size class: the dirty block, unless another test took it meanwhile
+            let b = Block::new(n, true);
+            // SAFETY: the block holds at least n bytes.
+            let s = unsafe { std::slice::from_raw_parts(b.as_ptr(), n) };
+            assert!(s.iter().all(|&x| x == 0), "{n} bytes");
+        }
     }
 }
