@@ -54,8 +54,37 @@ fn numel_hint(t: &TensorType) -> f64 {
         .product()
 }
 
+/// Fills (`full`, no kernel of their own) that only an `index_add` reads, as its base, each
+/// with that `index_add`: the scheduler puts the two in one kernel, where the eager kernels
+/// add into the fill in place (an embedding's gradient: zeros of the whole table and a
+/// scatter of the rows used) instead of filling one buffer and copying it into another.
+fn fills_of_index_adds(f: &Fused) -> HashMap<NodeId, NodeId> {
+    let g = &f.graph;
+    let mut fills = HashMap::new();
+    for (id, n) in g.nodes() {
+        if !matches!(n.op, Op::IndexAdd { .. }) {
+            continue;
+        }
+        let Some(Arg::Value(x)) = n.args.first() else {
+            continue;
+        };
+        let only_base =
+            g.users(*x) == [id] && n.args.iter().filter(|a| **a == Arg::Value(*x)).count() == 1;
+        if matches!(g.node(*x).op, Op::Full { .. })
+            && f.kernel(*x).is_none()
+            && f.kernel(id).is_none_or(|t| t.kind == GroupKind::Copy)
+            && only_base
+            && !g.outputs().contains(x)
+        {
+            fills.insert(*x, id);
+        }
+    }
+    fills
+}
+
 /// Schedules a fused program. Ops without a kernel (constants, or every op of a program
-/// that was never fused) become kernels of their own unless they are views.
+/// that was never fused) become kernels of their own unless they are views, or fills
+/// an `index_add` adds into (see `fills_of_index_adds`).
 pub fn schedule(f: &Fused) -> Result<Schedule, PassError> {
     let g = &f.graph;
     let mut tag: HashMap<NodeId, (usize, GroupKind)> = HashMap::new();
@@ -65,8 +94,9 @@ pub fn schedule(f: &Fused) -> Result<Schedule, PassError> {
         .map(|t| t.id + 1)
         .max()
         .unwrap_or(0);
+    let fills = fills_of_index_adds(f);
     for (id, n) in g.nodes() {
-        if n.op == Op::Input || n.op.is_view() {
+        if n.op == Op::Input || n.op.is_view() || fills.contains_key(&id) {
             continue;
         }
         let t = match f.kernel(id) {
@@ -77,6 +107,10 @@ pub fn schedule(f: &Fused) -> Result<Schedule, PassError> {
             }
         };
         tag.insert(id, t);
+    }
+    for (fill, index_add) in &fills {
+        let t = tag[index_add];
+        tag.insert(*fill, t);
     }
     // kernels in order of their first node
     let mut order: Vec<usize> = Vec::new();

@@ -8,7 +8,7 @@ mod graph_gen;
 
 use kiln_ir::interp::{eval, random_inputs, Value};
 use kiln_ir::text::parse_module;
-use kiln_ir::{DType, Graph};
+use kiln_ir::{DType, Graph, Op};
 use kiln_passes::greedy::{greedy_fuse, greedy_fuse_any_operand};
 use kiln_passes::optimize::{optimize, OptimizeOptions};
 use kiln_passes::pipeline::{run_passes, PassOptions};
@@ -327,12 +327,11 @@ fn greedy_merges_kernels_into_their_one_consumer() {
             .map(|k| (k.space.to_string(), k.kind.name(), k.outputs.len()))
             .collect();
         kernels.sort();
-        // the fill and the index_add; the f64 step and bias corrections; the update,
-        // writing the parameter and both moments
+        // the fill and the index_add into it (one kernel); the f64 step and bias
+        // corrections; the update, writing the parameter and both moments
         assert_eq!(
             kernels,
             vec![
-                ("f32[50,8]".to_string(), "copy", 1),
                 ("f32[50,8]".to_string(), "copy", 1),
                 ("f32[50,8]".to_string(), "pointwise", 3),
                 ("f64[]".to_string(), "pointwise", 3),
@@ -495,6 +494,49 @@ proptest! {
         let got = eval(&o.graph, &x).map_err(|e| TestCaseError::fail(format!("{e}\n{g}\n{o}")))?;
         for (w, r) in want.iter().zip(&got) {
             close(w, r).map_err(|m| TestCaseError::fail(format!("{m}\n{g}\n{o}")))?;
+        }
+    }
+}
+
+/// A fill that only an `index_add` reads, as its base (an embedding's gradient), is in the
+/// `index_add`'s kernel, fused and unfused, so the eager kernels add into it in place; a
+/// fill that is also an output, or that two index_adds read, keeps a kernel of its own.
+#[test]
+fn a_fill_only_an_index_add_reads_joins_its_kernel() {
+    let text = r#"
+graph @embedding_grad(%idx: i64[4], %src: f32[4,3], %src2: f32[4,3]) -> (f32[10,3], f32[10,3], f32[10,3], f32[10,3], f32[10,3]) {
+  %0 = full {shape = [10, 3], value = 0.0, dtype = f32} : f32[10,3]
+  %1 = index_add %0, %idx, %src {dim = 0} : f32[10,3]
+  %2 = full {shape = [10, 3], value = 3.0, dtype = f32} : f32[10,3]
+  %3 = index_add %2, %idx, %src {dim = 0} : f32[10,3]
+  %4 = full {shape = [10, 3], value = 1.0, dtype = f32} : f32[10,3]
+  %5 = index_add %4, %idx, %src {dim = 0} : f32[10,3]
+  %6 = index_add %4, %idx, %src2 {dim = 0} : f32[10,3]
+  return %1, %3, %2, %5, %6
+}
+"#;
+    let g = &parse_module(text).unwrap()[0];
+    let d = run_passes(g, &["decompose"], &PassOptions::default(), true).unwrap();
+    for fused in [Fused::unfused(d.graph.clone()), pipeline(g)] {
+        let s = schedule(&fused).unwrap();
+        let kernel_of = |id| s.kernels.iter().position(|k| k.nodes.contains(&id));
+        // (the kernel of the fill of `value`, the kernel of the index_add into it)
+        let kernels = |value: f64| {
+            let (fill, _) = s
+                .graph
+                .nodes()
+                .find(|(_, n)| matches!(&n.op, Op::Full { value: v, .. } if v.to_f64() == value))
+                .unwrap_or_else(|| panic!("no fill of {value}: {}", summary(&s)));
+            let add = s.graph.users(fill).into_iter().find(|u| {
+                matches!(s.graph.node(*u).op, Op::IndexAdd { .. })
+            });
+            (kernel_of(fill), add.and_then(kernel_of))
+        };
+        let (fill, add) = kernels(0.0);
+        assert!(fill.is_some() && fill == add, "{}", summary(&s));
+        for value in [3.0, 1.0] {
+            let (fill, add) = kernels(value);
+            assert!(fill.is_some() && add.is_some() && fill != add, "{value}: {}", summary(&s));
         }
     }
 }
