@@ -527,16 +527,22 @@ graph @embedding_grad(%idx: i64[4], %src: f32[4,3], %src2: f32[4,3]) -> (f32[10,
                 .nodes()
                 .find(|(_, n)| matches!(&n.op, Op::Full { value: v, .. } if v.to_f64() == value))
                 .unwrap_or_else(|| panic!("no fill of {value}: {}", summary(&s)));
-            let add = s.graph.users(fill).into_iter().find(|u| {
-                matches!(s.graph.node(*u).op, Op::IndexAdd { .. })
-            });
+            let add = s
+                .graph
+                .users(fill)
+                .into_iter()
+                .find(|u| matches!(s.graph.node(*u).op, Op::IndexAdd { .. }));
             (kernel_of(fill), add.and_then(kernel_of))
         };
         let (fill, add) = kernels(0.0);
         assert!(fill.is_some() && fill == add, "{}", summary(&s));
         for value in [3.0, 1.0] {
             let (fill, add) = kernels(value);
-            assert!(fill.is_some() && add.is_some() && fill != add, "{value}: {}", summary(&s));
+            assert!(
+                fill.is_some() && add.is_some() && fill != add,
+                "{value}: {}",
+                summary(&s)
+            );
         }
     }
 }
