@@ -46,6 +46,10 @@ pub struct CodegenOptions {
     /// rows a row kernel steps together (1 to 8; 1 measured fastest on the current
     /// machine, see `cpu::emit::row_group`); `KILN_ROW_GROUP`
     pub row_group: usize,
+    /// rows a row kernel whose inner loop reads every buffer it reads with a stride (a
+    /// reduction over an outer dim: a bias gradient, `sum(x, 0)` of a row-major matrix)
+    /// steps together (1 to 8; see `cpu::emit::row_group`); `KILN_STRIDED_ROW_GROUP`
+    pub strided_row_group: usize,
     /// compute runs of smooth ops on a bounded input as one fitted polynomial
     /// (`cpu/chain_fits.rs`); `KILN_NO_CHAIN_FITS` turns it off
     pub chain_fits: bool,
@@ -63,6 +67,7 @@ impl Default for CodegenOptions {
         CodegenOptions {
             unroll: None,
             row_group: 1,
+            strided_row_group: 4,
             chain_fits: true,
             cuts: true,
             clif_opt: ClifOpt::None,
@@ -84,6 +89,10 @@ impl CodegenOptions {
                 .and_then(|v| v.parse().ok())
                 .filter(|g: &usize| (1..=8).contains(g))
                 .unwrap_or(d.row_group),
+            strided_row_group: var("KILN_STRIDED_ROW_GROUP")
+                .and_then(|v| v.parse().ok())
+                .filter(|g: &usize| (1..=8).contains(g))
+                .unwrap_or(d.strided_row_group),
             chain_fits: !set("KILN_NO_CHAIN_FITS"),
             cuts: !set("KILN_NO_CUTS"),
             clif_opt: var("KILN_CLIF_OPT")

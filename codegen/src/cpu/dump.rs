@@ -15,7 +15,7 @@ use std::fmt::Write;
 /// The specialisation a nest gets when every tensor is contiguous and no dims collapse.
 pub fn default_spec(nest: &LoopNest, opts: &CodegenOptions) -> Spec {
     let inner = nest.inner();
-    let access = nest
+    let access: Vec<InnerAccess> = nest
         .buffers
         .iter()
         .map(|b| {
@@ -30,8 +30,8 @@ pub fn default_spec(nest: &LoopNest, opts: &CodegenOptions) -> Spec {
     let outer = nest.dims.len().saturating_sub(1);
     Spec {
         outer,
+        row_group: row_group(nest, outer, &access, opts),
         access,
-        row_group: row_group(nest, outer, opts),
         opts: opts.clone(),
     }
 }

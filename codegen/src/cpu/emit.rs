@@ -252,22 +252,41 @@ fn row_loop(
     b.ins().jump(hdr, &[]);
 }
 
-/// The rows a row kernel of `nest` with `outer` outer dims works on at once (1: one at a
-/// time; always 1 for a nest that does not reduce or has no outer dims: a pointwise nest's
-/// dims merge into one long inner loop). Grouping gives a core several memory streams at
-/// once. On the machine it was written for (2 cores, 16 KiB rows read from L3) four rows
-/// were faster: reduce 2.44 → 1.60 ms, layernorm 2.96 → 2.55, softmax 5.5 → 4.8. On the
-/// current one (AMD EPYC, AVX-512, 2 cores) one row at a time is faster on every row
-/// workload (`kiln bench`, 2 cores, medians, same run): reduce 0.85-1.17 ms against
-/// 1.50-1.51 (group 2: 1.15 against 0.75 in a tight loop), layernorm 1.01-1.24 against
-/// 1.75-1.81, softmax 2.66-2.68 against 2.91-2.96, minilm 61.8-62.4 against 63.7-68.3,
-/// block unchanged. So the default is 1; `CodegenOptions::row_group` overrides it (the
-/// grouped path is kept, and tested bit for bit against single rows).
-pub fn row_group(nest: &LoopNest, outer: usize, opts: &crate::CodegenOptions) -> usize {
+/// The rows a row kernel of `nest` with `outer` outer dims and inner-loop accesses `access`
+/// works on at once (1: one at a time; always 1 for a nest that does not reduce or has no
+/// outer dims: a pointwise nest's dims merge into one long inner loop). Grouping gives a
+/// core several memory streams at once. On the machine it was written for (2 cores, 16 KiB
+/// rows read from L3) four rows were faster: reduce 2.44 → 1.60 ms, layernorm 2.96 → 2.55,
+/// softmax 5.5 → 4.8. On the current one (AMD EPYC, AVX-512, 2 cores) one row at a time is
+/// faster on every row workload (`kiln bench`, 2 cores, medians, same run): reduce
+/// 0.85-1.17 ms against 1.50-1.51 (group 2: 1.15 against 0.75 in a tight loop), layernorm
+/// 1.01-1.24 against 1.75-1.81, softmax 2.66-2.68 against 2.91-2.96, minilm 61.8-62.4
+/// against 63.7-68.3, block unchanged. So the default is 1; `CodegenOptions::row_group`
+/// overrides it (the grouped path is kept, and tested bit for bit against single rows).
+///
+/// A nest whose inner loop reads no buffer contiguously (a reduction over an outer dim,
+/// each row a column of the matrix: `train_mlp`'s bias gradient with its optimiser update)
+/// is different: its scalar loads go one column at a time down the rows, and four columns
+/// together read each cache line once for all four. `CodegenOptions::strided_row_group`
+/// (default 4): `train_mlp`'s `[64, 128]` column sum kernel 22 → 13 µs (group 8: 15).
+pub fn row_group(
+    nest: &LoopNest,
+    outer: usize,
+    access: &[InnerAccess],
+    opts: &crate::CodegenOptions,
+) -> usize {
     if !nest.reduces || outer == 0 {
         return 1;
     }
-    opts.row_group.clamp(1, 8)
+    let reads = &access[..nest.input_count().min(access.len())];
+    let strided =
+        reads.contains(&InnerAccess::Strided) && !reads.contains(&InnerAccess::Contiguous);
+    let g = if strided {
+        opts.strided_row_group
+    } else {
+        opts.row_group
+    };
+    g.clamp(1, 8)
 }
 
 fn module_config(module: &JITModule) -> cranelift_codegen::isa::TargetFrontendConfig {

@@ -183,6 +183,7 @@ impl NestKernel {
     #[cfg(test)]
     pub(crate) fn with_row_group(mut self, g: usize) -> NestKernel {
         self.opts.row_group = g;
+        self.opts.strided_row_group = g;
         self
     }
 
@@ -343,8 +344,8 @@ impl NestKernel {
             .collect();
         let spec = Spec {
             outer: outer.len(),
+            row_group: row_group(&self.nest, outer.len(), &access, &self.opts),
             access,
-            row_group: row_group(&self.nest, outer.len(), &self.opts),
             opts: self.opts.clone(),
         };
         let f = self.kernel(&spec)?;

@@ -1,7 +1,8 @@
 //! Row kernels stepping several rows together (`Spec::row_group` > 1) give the same bits
 //! as one row at a time: each row keeps its own accumulators and order, so grouping must
 //! change nothing but the speed. Checked on layer norm, softmax, sum of squares and a
-//! variance, at row counts that leave a remainder after the groups, on row ranges that start
+//! variance and a column sum (a reduction over the outer dim, as a bias gradient's), at row
+//! counts that leave a remainder after the groups, on row ranges that start
 //! mid-group (as a split across threads does), and on transposed (strided) inputs.
 
 use super::nest_exec::NestKernel;
@@ -29,6 +30,12 @@ graph @sum_squares(%x: f32[R,C]) -> f32[R] {
 graph @variance(%x: f32[R,C]) -> f32[R,1] {
   %0 = var %x {dims = [1], correction = 1, keepdim = true} : f32[R,1]
   return %0
+}
+graph @column_sum(%x: f32[C,R], %m: f32[R]) -> (f32[R], f32[R]) {
+  %0 = sum %x {dims = [0], keepdim = false} : f32[R]
+  %1 = sub %0, %m : f32[R]
+  %2 = mul %0, %0 : f32[R]
+  return %1, %2
 }
 "#;
 
@@ -167,7 +174,53 @@ fn grouped_rows_match_single_rows_bit_for_bit() {
         }
     }
     assert!(
-        checked >= 4 * 5 * 2 * 3 * 3,
+        checked >= 5 * 5 * 2 * 3 * 3,
         "only {checked} comparisons ran"
+    );
+}
+
+/// Row kernels step `strided_row_group` rows together where the inner loop reads no buffer
+/// contiguously (a column sum over a row-major matrix), `row_group` rows otherwise, one row
+/// for nests that do not reduce.
+#[test]
+fn strided_reductions_take_their_own_row_group() {
+    use super::emit::{row_group, InnerAccess::*};
+    let g = &parse_module(GRAPHS).expect("valid IR")[4];
+    let opt =
+        run_passes(g, &["decompose", "fuse"], &PassOptions::default(), false).expect("passes");
+    let s = schedule(&opt).expect("schedules");
+    let opts = crate::CodegenOptions {
+        row_group: 2,
+        strided_row_group: 5,
+        ..Default::default()
+    };
+    let nests: Vec<_> = s
+        .kernels
+        .iter()
+        .filter_map(|k| match kernel_for(&k.body, k.kind, &opts) {
+            CpuKernel::Nest(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let column = nests
+        .iter()
+        .find(|n| n.nest.reduces)
+        .expect("a reduction nest");
+    let inputs = column.nest.input_count();
+    let outputs = column.nest.buffers.len() - inputs;
+    let with = |read: Vec<_>| {
+        let mut access = read;
+        access.extend(std::iter::repeat_n(Contiguous, outputs));
+        row_group(&column.nest, 1, &access, &opts)
+    };
+    assert_eq!(with(vec![Strided; inputs]), 5);
+    assert_eq!(with(vec![Contiguous; inputs]), 2);
+    // a broadcast beside a strided read is still a column walk; no outer dims: one row
+    let mut mixed = vec![Strided; inputs];
+    mixed[inputs - 1] = Broadcast;
+    assert_eq!(with(mixed), 5);
+    assert_eq!(
+        row_group(&column.nest, 0, &vec![Strided; inputs + outputs], &opts),
+        1
     );
 }
