@@ -87,7 +87,8 @@ fn the_ptx_cache_reuses_entries_and_recompiles_corrupt_ones() {
         .into_iter()
         .next()
         .expect("a kernel");
-    let dir = std::env::temp_dir().join(format!("kiln-ptx-cache-test-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-ptx-cache-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let (fresh, hit) = compile_ptx_cached_in(&k, "compute_90", &dir).expect("compiles");
     assert!(!hit);

@@ -19,7 +19,8 @@ fn positive(v: &Value, what: &str) -> f64 {
 
 #[test]
 fn quick_bench_writes_verified_json() {
-    let dir = std::env::temp_dir().join(format!("kiln-cli-bench-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-cli-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("bench.json");
     let (ok, out, err) = kiln(&[
@@ -111,7 +112,8 @@ fn quick_bench_writes_verified_json() {
 /// the forward's flops, compile times and the peak memory of both sides.
 #[test]
 fn quick_training_bench_writes_verified_rows() {
-    let dir = std::env::temp_dir().join(format!("kiln-cli-bench-train-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-cli-bench-train-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("train.json");
     let (ok, out, err) = kiln(&[

@@ -6,7 +6,8 @@ use common::{kiln, tmp};
 
 #[test]
 fn fuzz_runs_graphs_and_reports_no_divergence() {
-    let dir = std::env::temp_dir().join(format!("kiln-fuzz-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-fuzz-{}", std::process::id()));
     let (ok, out, err) = kiln(&[
         "fuzz",
         "--seconds",

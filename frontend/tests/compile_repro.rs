@@ -7,7 +7,8 @@ use kiln::{compile_with, CompileOptions, DType, Tensor};
 
 #[test]
 fn a_failing_compile_writes_its_graph_and_inputs_to_the_repro_dir() {
-    let dir = std::env::temp_dir().join(format!("kiln-repro-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-repro-{}", std::process::id()));
     std::env::set_var("KILN_REPRO_DIR", &dir);
     let w = Tensor::randn(&[4, 3], DType::F32, 1).unwrap();
     let f = |x: &Tensor| x.matmul(&w)?.exp();

@@ -104,7 +104,8 @@ fn small_config() -> BertConfig {
 
 #[test]
 fn weights_name_the_missing_or_misshaped_tensor() {
-    let dir = std::env::temp_dir().join(format!("kiln-nn-weights-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-nn-weights-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("w.safetensors");
     kiln::io::save(

@@ -35,6 +35,7 @@ use crate::{Result, Tensor};
 /// let copy = Sequential::mlp(&[4, 16, 3], 1)?;
 /// load_parameters(&copy, &path)?;
 /// assert_eq!(copy.forward(&x)?.to_vec::<f32>()?, model.forward(&x)?.to_vec::<f32>()?);
+/// # std::fs::remove_file(&path).ok();
 /// # Ok::<(), kiln::Error>(())
 /// ```
 pub trait Module {

@@ -27,7 +27,8 @@ pub fn kiln(args: &[&str]) -> (bool, String, String) {
 
 /// Writes `text` to `name` in this test process's temporary folder.
 pub fn tmp(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kiln-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
