@@ -100,7 +100,14 @@ pub fn from_le_bytes(bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Tens
 /// Reads every tensor of a safetensors file, in the file's order.
 pub fn load(path: &Path) -> Result<Vec<(String, Tensor)>> {
     let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| io_err(path, e))?;
+    load_bytes(&bytes, path)
+}
+
+/// Reads every tensor of a safetensors file's bytes, in the file's order; `origin` (the
+/// file's path, or what else the bytes came from) names them in errors.
+pub fn load_bytes(bytes: &[u8], origin: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
+    let path = origin.as_ref();
+    let st = SafeTensors::deserialize(bytes).map_err(|e| io_err(path, e))?;
     let mut out = Vec::new();
     for name in st.names() {
         let view = st.tensor(name).map_err(|e| io_err(path, e))?;
@@ -159,4 +166,41 @@ pub fn save(path: &Path, tensors: &[(String, Tensor)]) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     safetensors::serialize_to_file(prepared.iter().map(|(n, b)| (n.as_str(), b)), None, path)
         .map_err(|e| io_err(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes read from memory give the file's tensors; bytes that are not a safetensors file
+    /// (empty, truncated, a header longer than the bytes, garbage) give an I/O error naming
+    /// their origin, never a panic.
+    #[test]
+    fn load_bytes_reads_files_and_rejects_garbage_with_its_origin() {
+        let dir = std::env::temp_dir().join(format!("kiln-io-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.safetensors");
+        let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.5], &[3]).unwrap();
+        save(&path, &[("x".into(), x)]).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let read = load_bytes(&bytes, "memory").unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].0, "x");
+        assert_eq!(read[0].1.to_vec_f64().unwrap(), vec![1.0, -2.0, 3.5]);
+        let mut huge_header = bytes.clone();
+        huge_header[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+        for bad in [
+            &[][..],
+            &bytes[..bytes.len() - 1],
+            &bytes[..10],
+            &huge_header[..],
+            b"not a safetensors file at all",
+        ] {
+            match load_bytes(bad, "memory") {
+                Err(Error::Io { path, .. }) => assert_eq!(path, "memory"),
+                other => panic!("{} bytes: {other:?}", bad.len()),
+            }
+        }
+    }
 }
