@@ -579,7 +579,6 @@ pub fn matmul_into(
         ));
     }
     let (a2, b2) = as_matrices(a, b);
-    let (a2, b2) = repacked(a2, b2);
     let g = geometry(&a2, &b2);
     if a2.shape()[a2.rank() - 1] != b2.shape()[b2.rank() - 2]
         || out.numel() != g.nb * g.m * g.n
@@ -598,7 +597,9 @@ pub fn matmul_into(
             "the output shares storage with an operand",
         ));
     }
-    // (the operands as read: a2 and b2, which may be copies)
+    // the operands as read: row-major copies where that is faster (checked above as given)
+    let (a2, b2) = repacked(a2, b2);
+    let g = geometry(&a2, &b2);
     let (ga, gb) = (a2.storage().guard(), b2.storage().guard());
     let (pa, pb) = (ga.slice::<f32>().as_ptr(), gb.slice::<f32>().as_ptr());
     let dst = out.data_ptr() as *mut f32;
