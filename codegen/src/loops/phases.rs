@@ -18,23 +18,23 @@ pub(crate) fn operands(e: &Expr) -> Vec<ValueId> {
 }
 
 /// Marks `v` and its dependencies up to (not through) reductions, as the point values an
-/// inner loop must compute (`point`) and the row values it needs first (`row`).
+/// inner loop must compute (`point`) and the row values it needs first (`row`). A worklist,
+/// not recursion: a fused chain of 20,000 ops is a dependency chain that deep.
 fn collect(body: &[Stmt], v: ValueId, point: &mut [bool], row: &mut [bool]) {
-    if body[v].row {
-        row[v] = true;
-        if !matches!(body[v].expr, Expr::Reduce(..)) {
-            for o in operands(&body[v].expr) {
-                collect(body, o, point, row);
-            }
+    let mut work = vec![v];
+    while let Some(v) = work.pop() {
+        let seen = if body[v].row {
+            &mut row[v]
+        } else {
+            &mut point[v]
+        };
+        if *seen {
+            continue;
         }
-        return;
-    }
-    if point[v] {
-        return;
-    }
-    point[v] = true;
-    for o in operands(&body[v].expr) {
-        collect(body, o, point, row);
+        *seen = true;
+        if !(body[v].row && matches!(body[v].expr, Expr::Reduce(..))) {
+            work.extend(operands(&body[v].expr));
+        }
     }
 }
 
@@ -237,5 +237,45 @@ pub(crate) fn reuse_expensive(nest: &mut super::LoopNest) {
     order.sort_by_key(|&v| (!matches!(nest.body[v].expr, Expr::Load(_)), v));
     if let Some(Phase::Inner { point: p, .. }) = nest.phases.last_mut() {
         *p = order;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::{ReduceOp, UnaryOp};
+
+    /// A dependency chain far deeper than a recursive walk survives on a 2 MiB test
+    /// thread (a fused 20,000-op chain overflowed it in release builds): a row sum of
+    /// `neg` applied 300,000 times, then the same again on the row value.
+    #[test]
+    fn a_chain_300000_deep_is_planned_without_recursion() {
+        let depth = 300_000;
+        let mut body = vec![Stmt::f32(Expr::Load(0), false)];
+        for i in 0..depth {
+            body.push(Stmt::f32(Expr::Unary(UnaryOp::Neg, i), false));
+        }
+        body.push(Stmt::f32(Expr::Reduce(ReduceOp::Sum, depth), true));
+        let sum = depth + 1;
+        for i in 0..depth {
+            body.push(Stmt::f32(Expr::Unary(UnaryOp::Neg, sum + i), true));
+        }
+        let last = body.len() - 1;
+        let phases = plan_phases(
+            &body,
+            &[Store {
+                buffer: 1,
+                value: last,
+            }],
+        );
+        let Phase::Inner { point, reduces, .. } = &phases[0] else {
+            panic!("{:?}", &phases[..1]);
+        };
+        assert_eq!((point.len(), reduces.as_slice()), (depth + 1, &[sum][..]));
+        let Phase::Row(row) = &phases[1] else {
+            panic!("{:?}", &phases[1..2]);
+        };
+        assert_eq!(row.len(), depth);
+        assert_eq!(phases[2], Phase::RowStores(vec![0]));
     }
 }
