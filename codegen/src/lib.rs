@@ -10,6 +10,7 @@ pub mod logging;
 pub mod loops;
 pub mod matmul_group;
 mod options;
+pub mod profile;
 
 pub use error::CodegenError;
 pub use options::{ClifOpt, CodegenOptions};

@@ -43,5 +43,7 @@ pub use kiln_runtime::{allocator_stats, empty_cache, reset_peak_stats, AllocStat
 pub use operand::Operand;
 pub use tensor::Tensor;
 
+/// Per-kernel timing of compiled CPU code (`KILN_PROFILE=1`, `kiln bench --profile`).
+pub use kiln_codegen::profile;
 /// The IR crate, for building, printing and interpreting graphs.
 pub use kiln_ir as ir;

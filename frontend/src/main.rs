@@ -9,7 +9,13 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     // installs the stderr subscriber when KILN_LOGS asks for logs
     let _ = kiln::compile::log_enabled(kiln::compile::LogCategory::Passes);
-    match cli::run(args) {
+    let result = cli::run(args);
+    // KILN_PROFILE=1: where the compiled kernels' time went (bench --profile prints its own)
+    let rows = kiln::profile::report();
+    if kiln::profile::enabled() && !rows.is_empty() {
+        eprint!("{}", kiln::profile::format_report(&rows, 40));
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

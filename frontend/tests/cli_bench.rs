@@ -219,3 +219,32 @@ fn unknown_workloads_list_the_names() {
         assert!(err.contains(name), "{err}");
     }
 }
+
+/// `--profile` lists each workload's compiled kernels under the report: a row per kernel
+/// with its kind, calls and ops, and the time by kind.
+#[test]
+fn profile_lists_the_compiled_kernels_of_each_workload() {
+    let (ok, out, err) = kiln(&[
+        "bench",
+        "--quick",
+        "--profile",
+        "--workload",
+        "mlp,train_mlp",
+    ]);
+    assert!(ok, "stdout:\n{out}\nstderr:\n{err}");
+    for w in ["mlp", "train_mlp"] {
+        let head = format!("## {w}: compiled kernels");
+        let at = out
+            .find(&head)
+            .unwrap_or_else(|| panic!("no {head}:\n{out}"));
+        let table = &out[at..];
+        let table = &table[..table[3..].find("## ").map_or(table.len(), |e| e + 3)];
+        assert!(table.contains("matmul kernels:"), "{table}");
+        assert!(
+            table
+                .lines()
+                .any(|l| l.contains(" matmul ") && l.contains("matmul")),
+            "{w}: no GEMM kernel row:\n{table}"
+        );
+    }
+}

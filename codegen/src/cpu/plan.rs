@@ -27,6 +27,29 @@ pub enum CpuKernel {
     Eager(EagerKernel),
 }
 
+impl CpuKernel {
+    /// How the kernel runs, in a word: `nest`, `matmul` or `eager`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CpuKernel::Nest(_) => "nest",
+            CpuKernel::Matmul(_) => "matmul",
+            CpuKernel::Eager(_) => "eager",
+        }
+    }
+}
+
+/// A kernel body's ops in order, each named once (`matmul,add,gelu`), inputs left out.
+fn op_list(body: &Graph) -> String {
+    let mut names: Vec<&'static str> = Vec::new();
+    for (_, n) in body.nodes() {
+        let name = n.op.name();
+        if n.op != Op::Input && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names.join(",")
+}
+
 /// An output computed into an input's memory (see [`CpuPlan::donations`]).
 #[derive(Clone)]
 struct Donation {
@@ -514,7 +537,9 @@ impl CpuPlan {
         for (id, t) in self.inputs.iter().zip(inputs) {
             vals[id.index()] = Some((*t).clone());
         }
+        let profiling = crate::profile::enabled();
         for (index, step) in self.steps.iter().enumerate() {
+            let started = profiling.then(Instant::now);
             for d in donated.iter().filter(|d| d.step == index) {
                 locks.reads[d.input] = None;
                 locks.writes.push(inputs[d.input].write_lock());
@@ -612,6 +637,15 @@ impl CpuPlan {
                 }
             };
             drop(in_refs);
+            if let Some(started) = started {
+                crate::profile::record(
+                    &self.name,
+                    &step.name,
+                    step.kernel.kind(),
+                    || op_list(&step.body),
+                    started.elapsed(),
+                );
+            }
             for (o, t) in step.outputs.iter().zip(outs) {
                 vals[o.index()] = Some(t);
             }

@@ -60,7 +60,14 @@ pub struct BenchArgs {
     /// a short run for smoke tests: small shapes, fewer runs, small limit probes
     #[arg(long)]
     pub quick: bool,
+    /// after the report, the compiled kernels that took the most time in each workload
+    /// (`KILN_PROFILE`'s table; timing each kernel adds about a microsecond per kernel)
+    #[arg(long)]
+    pub profile: bool,
 }
+
+/// Kernels listed per workload by `kiln bench --profile`.
+const PROFILE_ROWS: usize = 25;
 
 /// The backends `kiln bench --backend` names, including those not built yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -279,7 +286,12 @@ pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
     progress.inc(1);
 
     let mut results = Vec::new();
+    let mut profiles = Vec::new();
     for name in &workloads {
+        if args.profile {
+            kiln::profile::set_enabled(true);
+            kiln::profile::reset();
+        }
         results.push(match train::Workload::new(name, args.quick) {
             Some(w) => bench_train(&w, backend, &plan, gemm.best_gflops, &progress),
             None => bench_one(
@@ -291,6 +303,10 @@ pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
                 &progress,
             ),
         });
+        if args.profile {
+            kiln::profile::set_enabled(false);
+            profiles.push((name.clone(), kiln::profile::report()));
+        }
         progress.inc(1);
     }
     progress.finish_and_clear();
@@ -312,6 +328,12 @@ pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
         quick: args.quick,
     };
     print!("{}", report.render());
+    for (name, rows) in &profiles {
+        println!(
+            "\n## {name}: compiled kernels, every call of the run (verification, warm-up, timing)"
+        );
+        print!("{}", kiln::profile::format_report(rows, PROFILE_ROWS));
+    }
     if let Some(path) = &args.json {
         let json_err = |reason: String| BenchError::Json {
             path: path.display().to_string(),
