@@ -95,10 +95,20 @@ fn the_ptx_cache_reuses_entries_and_recompiles_corrupt_ones() {
     let (again, hit) = compile_ptx_cached_in(&k, "compute_90", &dir).expect("cached");
     assert!(hit);
     assert_eq!(fresh, again);
-    // corrupt every entry: it must be recompiled, not trusted
+    // corrupt every entry: it must be recompiled, not trusted (every truncation and bit
+    // flip is tested without NVRTC in codegen/src/cuda/ptx_cache.rs)
     for e in std::fs::read_dir(&dir).expect("the cache exists") {
         let p = e.expect("entry").path();
         std::fs::write(&p, "// kiln ptx cache v1\n.version 8.0 garbage").expect("writable");
+    }
+    let (rebuilt, hit) = compile_ptx_cached_in(&k, "compute_90", &dir).expect("recompiles");
+    assert!(!hit);
+    assert_eq!(rebuilt, fresh);
+    // a truncated entry that still names the kernel's entry point is not trusted either
+    for e in std::fs::read_dir(&dir).expect("the cache exists") {
+        let p = e.expect("entry").path();
+        let whole = std::fs::read(&p).expect("readable");
+        std::fs::write(&p, &whole[..whole.len() * 9 / 10]).expect("writable");
     }
     let (rebuilt, hit) = compile_ptx_cached_in(&k, "compute_90", &dir).expect("recompiles");
     assert!(!hit);

@@ -37,6 +37,7 @@ pub mod gpu;
 pub mod launch;
 pub mod nvrtc;
 pub mod plan;
+mod ptx_cache;
 pub mod select;
 pub mod source;
 

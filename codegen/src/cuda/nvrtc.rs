@@ -158,13 +158,10 @@ pub fn ptx_cache_dir() -> PathBuf {
     }
 }
 
-/// First line of every cache entry; the rest is the PTX. An entry whose header or entry
-/// point does not match is treated as corrupt and recompiled.
-const CACHE_MAGIC: &str = "// kiln ptx cache v1";
-
 /// [`compile_ptx`] through an on-disk cache keyed by a hash of the source, the target and
-/// NVRTC's version. A missing, unreadable or corrupt entry is recompiled (and rewritten),
-/// never trusted. Returns the PTX and whether it came from the cache.
+/// NVRTC's version. A missing, unreadable, truncated or corrupt entry is recompiled (and
+/// rewritten), never trusted; a cache that cannot be written is skipped with one warning
+/// (see `ptx_cache`). Returns the PTX and whether it came from the cache.
 pub fn compile_ptx_cached(
     kernel: &CudaKernel,
     arch: &'static str,
@@ -183,27 +180,10 @@ pub fn compile_ptx_cached_in(
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (PRELUDE, &kernel.source, arch, version, "--std=c++17").hash(&mut h);
     let file = dir.join(format!("{}-{:016x}.ptx", kernel.name, h.finish()));
-    if let Ok(text) = std::fs::read_to_string(&file) {
-        if let Some(ptx) = text
-            .strip_prefix(CACHE_MAGIC)
-            .and_then(|t| t.strip_prefix('\n'))
-        {
-            if ptx.contains(&format!(".entry {}", kernel.name)) {
-                return Ok((ptx.to_string(), true));
-            }
-        }
-    }
-    let ptx = compile_ptx(kernel, arch)?;
-    // a failed write only costs a recompile next time; write then rename, so a reader
-    // never sees half an entry
-    if std::fs::create_dir_all(dir).is_ok() {
-        let tmp = dir.join(format!(".{}-{}.tmp", std::process::id(), next_id()));
-        if std::fs::write(&tmp, format!("{CACHE_MAGIC}\n{ptx}")).is_ok() {
-            let _ = std::fs::rename(&tmp, &file);
-        }
-        let _ = std::fs::remove_file(&tmp);
-    }
-    Ok((ptx, false))
+    let (ptx, source) = super::ptx_cache::through_cache(&file, &kernel.name, next_id(), || {
+        compile_ptx(kernel, arch)
+    })?;
+    Ok((ptx, source == super::ptx_cache::Source::Cache))
 }
 
 /// What ptxas reports for one kernel.
