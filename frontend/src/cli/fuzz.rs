@@ -88,6 +88,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<(), CliError> {
             executors,
             cases: CheckOptions::default_cases(seed),
             grad: a.grad,
+            sabotage: None,
         };
         let g = build(&recipe);
         graphs += 1;

@@ -85,6 +85,35 @@ pub struct CheckOptions {
     pub cases: Vec<InputSpec>,
     /// compare gradients too
     pub grad: bool,
+    /// a deliberate miscompile, to test the checker and the minifier (`kiln fuzz` sets none)
+    pub sabotage: Option<Sabotage>,
+}
+
+/// A deliberately wrong executor, for testing that divergences are found and shrunk:
+/// `executor` compiles `rewrite(graph)` instead of the graph it is given (values and
+/// gradients), as a miscompiling pass would.
+#[derive(Clone)]
+pub struct Sabotage {
+    /// the executor that miscompiles
+    pub executor: Executor,
+    /// what it compiles instead of a graph
+    pub rewrite: std::sync::Arc<dyn Fn(&Graph) -> Graph + Send + Sync>,
+}
+
+impl fmt::Debug for Sabotage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sabotage({})", self.executor)
+    }
+}
+
+impl CheckOptions {
+    /// The graph `e` compiles: `g`, or its sabotaged form.
+    fn graph_for(&self, e: Executor, g: &Graph) -> Graph {
+        match &self.sabotage {
+            Some(s) if s.executor == e => (s.rewrite)(g),
+            _ => g.clone(),
+        }
+    }
 }
 
 impl CheckOptions {
@@ -410,15 +439,20 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
     let wide = OnceCell::new();
     let mut runs = 0;
     let mut any = false;
-    let graph = g.clone();
-    let forward = move |xs: &[Tensor]| replay(&graph, xs);
+    let forward = |graph: Graph| move |xs: &[Tensor]| replay(&graph, xs);
     let compiled: Vec<_> = opts
         .executors
         .iter()
-        .map(|e| (*e, compile_with(forward.clone(), e.options())))
+        .map(|e| {
+            (
+                *e,
+                compile_with(forward(opts.graph_for(*e, g)), e.options()),
+            )
+        })
         .collect();
-    let graph = g.clone();
-    let loss = move |xs: &[Tensor]| -> Result<Tensor> { replay(&graph, xs)?[0].sum(&[], false) };
+    let loss = |graph: Graph| {
+        move |xs: &[Tensor]| -> Result<Tensor> { replay(&graph, xs)?[0].sum(&[], false) }
+    };
     let differentiable_loss = g
         .outputs()
         .first()
@@ -426,7 +460,7 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
     let trained: Vec<_> = if opts.grad && differentiable_loss {
         opts.executors
             .iter()
-            .map(|e| (*e, compile_with(loss.clone(), e.options())))
+            .map(|e| (*e, compile_with(loss(opts.graph_for(*e, g)), e.options())))
             .collect()
     } else {
         Vec::new()
@@ -480,7 +514,8 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
         if trained.is_empty() {
             continue;
         }
-        let Ok(want) = guarded(|| gradients(&xs, |ys| loss(ys))) else {
+        let eager_loss = loss(g.clone());
+        let Ok(want) = guarded(|| gradients(&xs, |ys| eager_loss(ys))) else {
             continue;
         };
         for (e, f) in &trained {

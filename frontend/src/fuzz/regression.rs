@@ -46,6 +46,7 @@ impl Regression {
                 executors: vec![self.executor],
                 cases,
                 grad: self.grad,
+                sabotage: None,
             };
             if let Outcome::Diverged(d) = check_graph(&self.graph, &opts) {
                 return Err(format!("{}: {d}", self.path.display()));
