@@ -74,6 +74,15 @@ pub enum Error {
     /// messages are PyTorch's where it has one.
     #[error("{0}")]
     Autograd(String),
+    /// An error inside a call made of other ops (`clamp`, a loss, `backward`), with the
+    /// call the user made in front of the inner op's error.
+    #[error("{op}: {source}")]
+    Within {
+        /// the call the user made
+        op: &'static str,
+        /// the error of the op that failed inside it
+        source: Box<Error>,
+    },
     /// A file could not be read or written.
     #[error("{path}: {reason}")]
     Io {
@@ -86,6 +95,28 @@ pub enum Error {
 
 /// `Result` with kiln's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// This error as the failure of `op`, the call the user made: a runtime error that
+    /// names a kernel is renamed; an op's type error, an invalid argument or an autograd
+    /// refusal gets `op: ` in front unless its message already starts with it. Errors with
+    /// a context of their own (a graph break, a traced op's source line, a compile or
+    /// device failure, a file) are returned as they are: callers match on them.
+    pub(crate) fn within(self, op: &'static str) -> Error {
+        match self {
+            Error::Runtime(e) if e.names_an_op() => Error::Runtime(e.renamed(op)),
+            e @ (Error::Runtime(_) | Error::Invalid { .. } | Error::Autograd(_))
+                if !e.to_string().starts_with(&format!("{op}:")) =>
+            {
+                Error::Within {
+                    op,
+                    source: Box::new(e),
+                }
+            }
+            e => e,
+        }
+    }
+}
 
 pub(crate) fn invalid(op: &'static str, shape: &[usize], reason: impl Into<String>) -> Error {
     Error::Invalid {

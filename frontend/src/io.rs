@@ -85,8 +85,21 @@ pub fn from_le_bytes(bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Tens
             .map(|c| f(c.try_into().expect("chunks_exact gives N bytes")))
             .collect()
     }
+    let want = shape
+        .iter()
+        .try_fold(dtype.size_bytes(), |n, &d| n.checked_mul(d));
+    if want != Some(bytes.len()) {
+        return Err(crate::error::invalid(
+            "from_le_bytes",
+            shape,
+            format!(
+                "{} bytes do not hold the {dtype} elements of the shape",
+                bytes.len()
+            ),
+        ));
+    }
     let b = bytes;
-    match dtype {
+    let t = match dtype {
         DType::Bool => Tensor::from_vec(b.iter().map(|&x| x != 0).collect::<Vec<bool>>(), shape),
         DType::I32 => Tensor::from_vec(chunks(b, i32::from_le_bytes), shape),
         DType::I64 => Tensor::from_vec(chunks(b, i64::from_le_bytes), shape),
@@ -94,7 +107,8 @@ pub fn from_le_bytes(bytes: &[u8], shape: &[usize], dtype: DType) -> Result<Tens
         DType::BF16 => Tensor::from_vec(chunks(b, bf16::from_le_bytes), shape),
         DType::F32 => Tensor::from_vec(chunks(b, f32::from_le_bytes), shape),
         DType::F64 => Tensor::from_vec(chunks(b, f64::from_le_bytes), shape),
-    }
+    };
+    t.map_err(|e| e.within("from_le_bytes"))
 }
 
 /// Reads every tensor of a safetensors file, in the file's order.
@@ -107,10 +121,13 @@ pub fn load(path: &Path) -> Result<Vec<(String, Tensor)>> {
 /// file's path, or what else the bytes came from) names them in errors.
 pub fn load_bytes(bytes: &[u8], origin: impl AsRef<Path>) -> Result<Vec<(String, Tensor)>> {
     let path = origin.as_ref();
-    let st = SafeTensors::deserialize(bytes).map_err(|e| io_err(path, e))?;
+    let st =
+        SafeTensors::deserialize(bytes).map_err(|e| io_err(path, format!("safetensors: {e}")))?;
     let mut out = Vec::new();
     for name in st.names() {
-        let view = st.tensor(name).map_err(|e| io_err(path, e))?;
+        let view = st
+            .tensor(name)
+            .map_err(|e| io_err(path, format!("safetensors: {e}")))?;
         let dtype = from_st(view.dtype()).ok_or_else(|| {
             io_err(
                 path,

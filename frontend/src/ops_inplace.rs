@@ -14,6 +14,13 @@ impl Tensor {
     /// the mutation is applied to real data, as eager code would.
     #[track_caller]
     fn inplace(&self, op: InplaceOp, arg: Operand<'_>) -> Result<()> {
+        self.inplace_unnamed(op, arg)
+            .map_err(|e| e.within(op.name()))
+    }
+
+    /// [`Tensor::inplace`], its errors not yet named after the op.
+    #[track_caller]
+    fn inplace_unnamed(&self, op: InplaceOp, arg: Operand<'_>) -> Result<()> {
         let on_cuda = self.is_cuda() || matches!(arg, Operand::Tensor(t) if t.is_cuda());
         if on_cuda {
             return Err(crate::error::invalid(

@@ -228,6 +228,7 @@ impl Tensor {
             &Op::Embedding { padding_idx },
             &[Operand::Tensor(self), Operand::Tensor(indices)],
         )
+        .map_err(|e| e.within("embedding"))
     }
 
     /// A row-major copy (or the tensor itself when already contiguous, as PyTorch).

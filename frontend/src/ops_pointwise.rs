@@ -172,8 +172,12 @@ impl Tensor {
             (Some(lo), Some(hi)) => {
                 Tensor::apply(&Op::Clamp, &[Operand::Tensor(self), lo.into(), hi.into()])
             }
-            (Some(lo), None) => self.binary(BinaryOp::Maximum, lo),
-            (None, Some(hi)) => self.binary(BinaryOp::Minimum, hi),
+            (Some(lo), None) => self
+                .binary(BinaryOp::Maximum, lo)
+                .map_err(|e| e.within("clamp")),
+            (None, Some(hi)) => self
+                .binary(BinaryOp::Minimum, hi)
+                .map_err(|e| e.within("clamp")),
             (None, None) => Err(crate::Error::Invalid {
                 op: "clamp",
                 shape: self.shape().to_vec(),
@@ -186,6 +190,13 @@ impl Tensor {
     /// -1 and 1).
     #[track_caller]
     pub fn hardtanh(&self, min_val: f64, max_val: f64) -> Result<Tensor> {
+        if min_val > max_val {
+            return Err(crate::error::invalid(
+                "hardtanh",
+                self.shape(),
+                format!("min_val ({min_val}) cannot be greater than max_val ({max_val})"),
+            ));
+        }
         self.apply1(Op::Hardtanh {
             min_val: min_val.into(),
             max_val: max_val.into(),

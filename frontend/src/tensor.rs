@@ -126,7 +126,8 @@ impl Tensor {
     /// Inside a traced function the values become a constant of the graph.
     #[track_caller]
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
-        let t = CpuTensor::from_slice(&data, shape)?;
+        let t = CpuTensor::from_slice(&data, shape)
+            .map_err(|e| crate::Error::from(e).within("from_vec"))?;
         Tensor::constant(t)
     }
 
@@ -172,13 +173,13 @@ impl Tensor {
     /// Zeros.
     #[track_caller]
     pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::full(shape, 0i64, dtype)
+        Tensor::full(shape, 0i64, dtype).map_err(|e| e.within("zeros"))
     }
 
     /// Ones.
     #[track_caller]
     pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::full(shape, 1i64, dtype)
+        Tensor::full(shape, 1i64, dtype).map_err(|e| e.within("ones"))
     }
 
     /// `start, start+step, ...` below `end` (as `torch.arange`).
@@ -330,7 +331,9 @@ impl Tensor {
     /// The elements in row-major order as `T`, which must be the tensor's dtype.
     #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        Ok(self.read("to_vec")?.to_vec::<T>()?)
+        self.read("to_vec")?
+            .to_vec::<T>()
+            .map_err(|e| crate::Error::from(e).within("to_vec"))
     }
 
     /// The elements in row-major order, converted to f64.

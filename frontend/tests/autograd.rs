@@ -212,7 +212,7 @@ fn in_place_ops_and_the_version_counter() {
     let e = a.mul_(2.0).unwrap_err().to_string();
     assert_eq!(
         e,
-        "a leaf Variable that requires grad is being used in an in-place operation."
+        "mul_: a leaf Variable that requires grad is being used in an in-place operation."
     );
     // an update under no_grad is fine (an optimizer step)
     {
@@ -237,7 +237,7 @@ fn in_place_ops_and_the_version_counter() {
     assert_eq!(
         e,
         format!(
-            "one of the variables needed for gradient computation has been modified by an \
+            "backward: one of the variables needed for gradient computation has been modified by an \
              inplace operation: [f64 [3, 4]], which is output 0 of MulBackward, is at version \
              {}; expected version {v} instead",
             v + 1

@@ -10,7 +10,7 @@ pub enum RuntimeError {
     #[error(transparent)]
     Type(#[from] TypeError),
     /// The op (or this combination of operands) is not supported eagerly.
-    #[error("{op}: {reason} (shapes: {shapes})")]
+    #[error("{op}: {reason}{}", shapes_suffix(.shapes))]
     Unsupported {
         /// the op's name
         op: &'static str,
@@ -63,7 +63,57 @@ pub enum RuntimeError {
     },
 }
 
+/// ` (shapes: …)` after an [`RuntimeError::Unsupported`] message, or nothing for an op
+/// without operands.
+fn shapes_suffix(shapes: &str) -> String {
+    if shapes.is_empty() {
+        String::new()
+    } else {
+        format!(" (shapes: {shapes})")
+    }
+}
+
 impl RuntimeError {
+    /// The same error reported under `op`, the call the user made (a constructor's or a
+    /// composite's name in place of the kernel that failed inside it). Errors that name no
+    /// op of their own (a type error names its op itself; a dtype mismatch none) come back
+    /// unchanged.
+    pub fn renamed(self, op: &'static str) -> RuntimeError {
+        match self {
+            RuntimeError::Unsupported { shapes, reason, .. } => {
+                RuntimeError::Unsupported { op, shapes, reason }
+            }
+            RuntimeError::IndexOutOfRange { index, size, .. } => {
+                RuntimeError::IndexOutOfRange { op, index, size }
+            }
+            RuntimeError::Layout {
+                shape,
+                strides,
+                offset,
+                reason,
+                ..
+            } => RuntimeError::Layout {
+                op,
+                shape,
+                strides,
+                offset,
+                reason,
+            },
+            RuntimeError::ShapeMismatch { shape, reason, .. } => {
+                RuntimeError::ShapeMismatch { op, shape, reason }
+            }
+            other => other,
+        }
+    }
+
+    /// Whether [`RuntimeError::renamed`] changes the op this error names.
+    pub fn names_an_op(&self) -> bool {
+        !matches!(
+            self,
+            RuntimeError::Type(_) | RuntimeError::DTypeMismatch { .. }
+        )
+    }
+
     pub(crate) fn unsupported(
         op: &'static str,
         shapes: &[&[usize]],

@@ -7,8 +7,9 @@ use kiln_ir::ops::derivative::differentiable;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-fn err(reason: &str) -> Error {
-    Error::Autograd(reason.to_string())
+/// PyTorch's message for a refused call, after the call's name.
+fn err(op: &'static str, reason: &str) -> Error {
+    Error::Autograd(reason.to_string()).within(op)
 }
 
 impl Tensor {
@@ -25,8 +26,9 @@ impl Tensor {
     pub fn requires_grad_(mut self, requires_grad: bool) -> Result<Tensor> {
         if self.is_traced() {
             return Err(err(
-                "requires_grad_ inside a compiled function is not supported (mark the \
-                 parameters before compiling)",
+                "requires_grad_",
+                "not supported inside a compiled function (mark the parameters before \
+                 compiling)",
             ));
         }
         match &self.grad_meta {
@@ -35,6 +37,7 @@ impl Tensor {
                     return Ok(self);
                 }
                 return Err(err(
+                    "requires_grad_",
                     "you can only change requires_grad flags of leaf variables. If you want to \
                      use a computed variable in a subgraph that doesn't require differentiation \
                      use var_no_grad = var.detach().",
@@ -44,6 +47,7 @@ impl Tensor {
         }
         if requires_grad && !differentiable(self.dtype()) {
             return Err(err(
+                "requires_grad_",
                 "only Tensors of floating point dtype can require gradients",
             ));
         }
@@ -128,7 +132,9 @@ impl Tensor {
             return t.backward(self, gradient, std::panic::Location::caller());
         }
         let g = gradient.map(std::slice::from_ref);
-        super::engine::run(std::slice::from_ref(self), g, retain_graph, None).map(|_| ())
+        super::engine::run(std::slice::from_ref(self), g, retain_graph, None)
+            .map(|_| ())
+            .map_err(|e| e.within("backward"))
     }
 
     /// Keeps this non-leaf's gradient in `.grad` during backward (a leaf always does).
@@ -139,6 +145,7 @@ impl Tensor {
                 Ok(())
             }
             _ => Err(err(
+                "retain_grad",
                 "can't retain_grad on Tensor that has requires_grad=False",
             )),
         }
@@ -157,6 +164,7 @@ impl Tensor {
                 Ok(())
             }
             _ => Err(err(
+                "register_hook",
                 "cannot register a hook on a tensor that doesn't require gradient",
             )),
         }

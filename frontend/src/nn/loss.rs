@@ -302,7 +302,7 @@ fn cross_entropy_probabilities(
 pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
     check_float("mse_loss", "the input", input)?;
     check_float("mse_loss", "the target", target)?;
-    let diff = input.sub(target)?;
+    let diff = input.sub(target).map_err(|e| e.within("mse_loss"))?;
     let sq = diff.mul(&diff)?;
     match reduction {
         Reduction::None => Ok(sq),

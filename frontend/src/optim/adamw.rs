@@ -84,7 +84,7 @@ impl AdamW {
     /// AdamW over `params` with torch's defaults (betas (0.9, 0.999), eps 1e-8, weight
     /// decay 0.01, no amsgrad).
     pub fn new(params: Vec<Tensor>, lr: f64) -> Result<AdamW> {
-        check_params("AdamW", &params)?;
+        check_params("AdamW", &params, lr)?;
         let n = params.len();
         Ok(AdamW {
             params,

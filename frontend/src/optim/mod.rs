@@ -30,8 +30,19 @@ pub trait Optimizer {
     fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<()>;
 }
 
-/// Checks that every parameter is a leaf that requires grad.
-fn check_params(which: &str, params: &[Tensor]) -> Result<()> {
+/// Checks the learning rate (finite, not negative: torch's "Invalid learning rate") and
+/// that there are parameters, each a leaf that requires grad.
+fn check_params(which: &str, params: &[Tensor], lr: f64) -> Result<()> {
+    if !(lr >= 0.0 && lr.is_finite()) {
+        return Err(Error::Autograd(format!(
+            "{which}: invalid learning rate: {lr}"
+        )));
+    }
+    if params.is_empty() {
+        return Err(Error::Autograd(format!(
+            "{which}: optimizer got an empty parameter list"
+        )));
+    }
     for (i, p) in params.iter().enumerate() {
         if !p.requires_grad() || !p.is_leaf() {
             return Err(Error::Autograd(format!(

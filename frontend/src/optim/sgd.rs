@@ -43,7 +43,7 @@ pub struct SgdOptions {
 impl Sgd {
     /// Plain SGD over `params` (leaves that require grad) with learning rate `lr`.
     pub fn new(params: Vec<Tensor>, lr: f64) -> Result<Sgd> {
-        check_params("SGD", &params)?;
+        check_params("SGD", &params, lr)?;
         let n = params.len();
         Ok(Sgd {
             params,
