@@ -13,11 +13,85 @@
 //! that CPU): on this 2-core VM the scheduler was seen to keep the two together for whole
 //! runs while the other core idled, which made the split a loss (10.2 µs per `tiny` call
 //! instead of 6.7).
+//!
+//! The job protocol (publishing, claiming, finishing, sleeping and waking) is model-checked
+//! with loom: `cargo test -p kiln-codegen --features loom --lib cpu::pool::loom_tests`
+//! explores every interleaving of a caller and a worker (ThreadSanitizer needs a nightly
+//! toolchain this project does not have). Under that feature the atomics, the lock and the
+//! condition variable are loom's ([`sync`]) and workers skip the timed spin before sleeping.
+// (that build leaves the spin's constants, clock and affinity code unused)
+#![cfg_attr(feature = "loom", allow(dead_code, unused_imports))]
 
-use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use sync::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Sleep};
+
+/// The pool's synchronisation primitives: std's atomics and parking_lot's lock, or loom's
+/// under the `loom` feature (for the model tests only).
+mod sync {
+    #[cfg(not(feature = "loom"))]
+    pub(super) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
+
+    #[cfg(feature = "loom")]
+    pub(super) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
+
+    /// Where idle workers sleep until `ready` holds.
+    #[cfg(not(feature = "loom"))]
+    #[derive(Default)]
+    pub(super) struct Sleep {
+        lock: parking_lot::Mutex<()>,
+        wake: parking_lot::Condvar,
+    }
+
+    #[cfg(not(feature = "loom"))]
+    impl Sleep {
+        /// Blocks until `ready()` (checked under the lock, first before any wait).
+        pub(super) fn until(&self, mut ready: impl FnMut() -> bool) {
+            let mut guard = self.lock.lock();
+            while !ready() {
+                self.wake.wait(&mut guard);
+            }
+        }
+
+        /// Wakes every sleeper (under the lock, so none is between its check and its wait).
+        pub(super) fn wake_all(&self) {
+            let _guard = self.lock.lock();
+            self.wake.notify_all();
+        }
+    }
+
+    /// Where idle workers sleep until `ready` holds.
+    #[cfg(feature = "loom")]
+    #[derive(Default)]
+    pub(super) struct Sleep {
+        lock: loom::sync::Mutex<()>,
+        wake: loom::sync::Condvar,
+    }
+
+    #[cfg(feature = "loom")]
+    impl Sleep {
+        pub(super) fn until(&self, mut ready: impl FnMut() -> bool) {
+            let mut guard = self.lock.lock().unwrap();
+            while !ready() {
+                guard = self.wake.wait(guard).unwrap();
+            }
+        }
+
+        pub(super) fn wake_all(&self) {
+            let _guard = self.lock.lock().unwrap();
+            self.wake.notify_all();
+        }
+    }
+
+    /// A pause in a spin loop (a yield to the model under loom).
+    pub(super) fn spin_loop() {
+        #[cfg(not(feature = "loom"))]
+        std::hint::spin_loop();
+        #[cfg(feature = "loom")]
+        loom::thread::yield_now();
+    }
+}
 
 /// How long an idle worker waits for the next job, spinning, before it sleeps.
 const SPIN: Duration = Duration::from_micros(200);
@@ -45,8 +119,8 @@ struct Shared {
     sleepers: AtomicUsize,
     /// the CPU the last job's caller ran on (see `wait_for_job`)
     caller_cpu: AtomicUsize,
-    lock: Mutex<()>,
-    wake: Condvar,
+    /// where idle workers sleep
+    sleep: Sleep,
 }
 
 /// The pool: `workers` threads besides the callers.
@@ -60,6 +134,19 @@ struct Pool {
 const LOW: u64 = 0xffff_ffff;
 
 impl Shared {
+    fn new() -> Shared {
+        Shared {
+            claim: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            done: AtomicUsize::new(0),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            busy: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            caller_cpu: AtomicUsize::new(usize::MAX),
+            sleep: Sleep::default(),
+        }
+    }
+
     /// Claims a chunk of job `seq`: `None` when it has none left (or is no longer current).
     fn claim(&self, seq: u64) -> Option<usize> {
         let mut c = self.claim.load(Ordering::Acquire);
@@ -110,19 +197,36 @@ impl Shared {
     /// Waits until a job newer than `last` is published; returns its sequence number.
     /// `affinity` is the worker's initial one (see the CPU check inside).
     fn wait_for_job(&self, last: u64, affinity: &Affinity) -> u64 {
+        #[cfg(not(feature = "loom"))]
+        self.spin_for_job(last, affinity);
+        #[cfg(feature = "loom")]
+        let _ = affinity;
+        self.sleepers.fetch_add(1, Ordering::AcqRel);
+        let mut seq = last;
+        self.sleep.until(|| {
+            seq = self.claim.load(Ordering::SeqCst) >> 32;
+            seq != last
+        });
+        self.sleepers.fetch_sub(1, Ordering::AcqRel);
+        seq
+    }
+
+    /// Spins for [`SPIN`] or until a job newer than `last` is published (the caller then
+    /// finds it at once, without sleeping).
+    #[cfg(not(feature = "loom"))]
+    fn spin_for_job(&self, last: u64, affinity: &Affinity) {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            let seq = self.claim.load(Ordering::Acquire) >> 32;
-            if seq != last {
-                return seq;
+            if self.claim.load(Ordering::Acquire) >> 32 != last {
+                return;
             }
             std::hint::spin_loop();
             spins += 1;
             if spins == SPINS_PER_CHECK {
                 spins = 0;
                 if start.elapsed() >= SPIN {
-                    break;
+                    return;
                 }
                 // a worker on its caller's CPU only slows the caller down (the two share
                 // the core), and the scheduler was seen to keep them there (waking the
@@ -134,17 +238,32 @@ impl Shared {
                 std::thread::yield_now();
             }
         }
-        let mut guard = self.lock.lock();
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let seq = loop {
-            let seq = self.claim.load(Ordering::SeqCst) >> 32;
-            if seq != last {
-                break seq;
-            }
-            self.wake.wait(&mut guard);
-        };
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        seq
+    }
+
+    /// Publishes job `seq` (`chunks` calls of `f`), works on it, and returns when every
+    /// chunk has finished. The caller holds `busy`.
+    fn run_job(&self, seq: u64, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.caller_cpu.store(current_cpu(), Ordering::Relaxed);
+        let job: &Job = f;
+        self.job
+            .store(&job as *const &Job as *mut (), Ordering::Release);
+        self.done.store(0, Ordering::Release);
+        self.count
+            .store(seq << 32 | chunks as u64, Ordering::Release);
+        self.claim.store(seq << 32, Ordering::SeqCst);
+        // A read-modify-write, not a load: it reads the latest count in `sleepers`'s
+        // modification order, so either it sees a worker that is going to sleep (and wakes
+        // it under the lock that worker checks `claim` under), or that worker's increment
+        // comes later and acquires this release, and then it sees the job. A plain load
+        // would rely on both sides' SeqCst for this (a store-buffering pattern), which loom
+        // cannot check.
+        if self.sleepers.fetch_add(0, Ordering::AcqRel) > 0 {
+            self.sleep.wake_all();
+        }
+        self.work(seq);
+        while self.done.load(Ordering::Acquire) < chunks {
+            sync::spin_loop();
+        }
     }
 }
 
@@ -152,17 +271,7 @@ impl Pool {
     fn get() -> &'static Pool {
         static POOL: OnceLock<Pool> = OnceLock::new();
         POOL.get_or_init(|| {
-            let shared: &'static Shared = Box::leak(Box::new(Shared {
-                claim: AtomicU64::new(0),
-                count: AtomicU64::new(0),
-                done: AtomicUsize::new(0),
-                job: AtomicPtr::new(std::ptr::null_mut()),
-                busy: AtomicBool::new(false),
-                sleepers: AtomicUsize::new(0),
-                caller_cpu: AtomicUsize::new(usize::MAX),
-                lock: Mutex::new(()),
-                wake: Condvar::new(),
-            }));
+            let shared: &'static Shared = Box::leak(Box::new(Shared::new()));
             let wanted = rayon::current_num_threads().saturating_sub(1);
             let mut workers = 0;
             for i in 0..wanted {
@@ -268,21 +377,7 @@ pub(crate) fn run(chunks: usize, f: &(dyn Fn(usize) + Sync)) {
     let abort_on_panic = AbortOnPanic;
     let seq = (pool.seq.load(Ordering::Relaxed) + 1) & LOW;
     pool.seq.store(seq, Ordering::Relaxed);
-    s.caller_cpu.store(current_cpu(), Ordering::Relaxed);
-    let job: &Job = f;
-    s.job
-        .store(&job as *const &Job as *mut (), Ordering::Release);
-    s.done.store(0, Ordering::Release);
-    s.count.store(seq << 32 | chunks as u64, Ordering::Release);
-    s.claim.store(seq << 32, Ordering::SeqCst);
-    if s.sleepers.load(Ordering::SeqCst) > 0 {
-        let _guard = s.lock.lock();
-        s.wake.notify_all();
-    }
-    s.work(seq);
-    while s.done.load(Ordering::Acquire) < chunks {
-        std::hint::spin_loop();
-    }
+    s.run_job(seq, chunks, f);
     s.busy.store(false, Ordering::Release);
     std::mem::forget(abort_on_panic);
 }
@@ -296,10 +391,10 @@ impl Drop for AbortOnPanic {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use parking_lot::Mutex;
 
     #[test]
     fn every_chunk_runs_once() {
@@ -377,5 +472,70 @@ mod tests {
     fn threads_counts_the_caller() {
         assert!(threads() >= 1);
         assert_eq!(threads(), rayon::current_num_threads().max(1));
+    }
+}
+
+/// Model checks of the job protocol with loom: every interleaving (to a preemption bound) of
+/// a caller publishing jobs and a worker that may be asleep, awake or late.
+#[cfg(all(test, feature = "loom"))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// A worker that takes part in jobs until it has seen job `until`.
+    fn worker(s: Arc<Shared>, until: u64) -> loom::thread::JoinHandle<()> {
+        loom::thread::spawn(move || {
+            let affinity = Affinity::current();
+            let mut last = 0;
+            while last != until {
+                let seq = s.wait_for_job(last, &affinity);
+                s.work(seq);
+                last = seq;
+            }
+        })
+    }
+
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(f);
+    }
+
+    #[test]
+    fn every_chunk_runs_once_and_the_caller_returns_after_all() {
+        model(|| {
+            let s = Arc::new(Shared::new());
+            let w = worker(s.clone(), 1);
+            let hits = [AtomicUsize::new(0), AtomicUsize::new(0)];
+            s.run_job(1, 2, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            // run_job returned: every chunk has finished, exactly once
+            for h in &hits {
+                assert_eq!(h.load(Ordering::Relaxed), 1);
+            }
+            // and the worker was woken (or never slept): the join would deadlock otherwise
+            w.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn a_late_worker_takes_no_chunk_of_the_next_job() {
+        model(|| {
+            let s = Arc::new(Shared::new());
+            let w = worker(s.clone(), 2);
+            let first = [AtomicUsize::new(0), AtomicUsize::new(0)];
+            s.run_job(1, 2, &|i| {
+                first[i].fetch_add(1, Ordering::Relaxed);
+            });
+            let second = [AtomicUsize::new(0), AtomicUsize::new(0)];
+            s.run_job(2, 2, &|i| {
+                second[i].fetch_add(1, Ordering::Relaxed);
+            });
+            for h in first.iter().chain(&second) {
+                assert_eq!(h.load(Ordering::Relaxed), 1);
+            }
+            w.join().unwrap();
+        });
     }
 }
