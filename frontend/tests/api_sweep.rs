@@ -8,7 +8,7 @@
 
 use kiln::nn::functional::{cross_entropy, mse_loss, nll_loss, CrossEntropyOptions, Reduction};
 use kiln::nn::{Embedding, LayerNorm, Linear};
-use kiln::optim::{AdamW, Sgd};
+use kiln::optim::{AdamW, Optimizer, Sgd};
 use kiln::{compile, DType, Error, Tensor};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -264,6 +264,42 @@ fn bad_input_to_every_entry_point_is_a_typed_error_and_changes_nothing() {
     s.case("Sgd", &[], || {
         Sgd::new(vec![randn(&[2]).requires_grad_(true)?], -1.0)
     });
+
+    // optimisers' hyperparameters are checked at each step: a refused step changes nothing
+    let p = randn(&[3]).requires_grad_(true).unwrap();
+    p.mul(2.0)
+        .unwrap()
+        .sum(&[], false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = p.grad().unwrap();
+    for (betas, eps, wd) in [
+        ((1.0, 0.999), 1e-8, 0.0),
+        ((0.9, -0.1), 1e-8, 0.0),
+        ((0.9, 0.999), -1.0, 0.0),
+        ((0.9, 0.999), 1e-8, f64::NAN),
+    ] {
+        let mut opt = AdamW::new(vec![p.clone()], 1e-3)
+            .unwrap()
+            .options(betas, eps, wd, false);
+        s.case("AdamW", &[&p, &g], || opt.step());
+    }
+    let mut opt = AdamW::new(vec![p.clone()], 1e-3).unwrap();
+    opt.set_lr(f64::NAN);
+    s.case("AdamW", &[&p, &g], || opt.step());
+    for (momentum, dampening, nesterov, wd) in [
+        (-0.5, 0.0, false, 0.0),
+        (0.0, 0.0, true, 0.0),
+        (0.9, 0.1, true, 0.0),
+        (0.9, 0.0, false, -1.0),
+    ] {
+        let mut opt = Sgd::new(vec![p.clone()], 0.1)
+            .unwrap()
+            .momentum(momentum, dampening, nesterov)
+            .weight_decay(wd);
+        s.case("SGD", &[&p, &g], || opt.step());
+    }
 
     // io
     s.case("safetensors", &[], || {

@@ -51,6 +51,28 @@ pub struct AdamWOptions {
     pub amsgrad: bool,
 }
 
+impl AdamWOptions {
+    /// Torch's checks of AdamW's hyperparameters (its messages): a finite learning rate
+    /// and epsilon at least 0, betas in `[0, 1)`, a weight decay at least 0.
+    pub fn check(&self) -> Result<()> {
+        let (b1, b2) = self.betas;
+        let bad = if !(self.lr >= 0.0 && self.lr.is_finite()) {
+            format!("Invalid learning rate: {}", self.lr)
+        } else if !(self.eps >= 0.0 && self.eps.is_finite()) {
+            format!("Invalid epsilon value: {}", self.eps)
+        } else if !(0.0..1.0).contains(&b1) {
+            format!("Invalid beta parameter at index 0: {b1}")
+        } else if !(0.0..1.0).contains(&b2) {
+            format!("Invalid beta parameter at index 1: {b2}")
+        } else if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            format!("Invalid weight_decay value: {}", self.weight_decay)
+        } else {
+            return Ok(());
+        };
+        Err(Error::Autograd(format!("AdamW: {bad}")))
+    }
+}
+
 /// The bias corrections of one step count: `-lr / (1 - β1^t)` and `√(1 - β2^t)`, as
 /// numbers (eager) or as 0-d f64 values of the graph (inside a compiled step, so that the
 /// count advances on every call).
@@ -281,6 +303,7 @@ impl AdamW {
 
 impl Optimizer for AdamW {
     fn step(&mut self) -> Result<()> {
+        self.hyperparameters().check()?;
         let _off = no_grad();
         let traced = crate::compile::lazy::is_tracing();
         if !traced && self.fused && self.params.iter().all(fused::supported) {

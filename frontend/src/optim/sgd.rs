@@ -40,6 +40,27 @@ pub struct SgdOptions {
     pub nesterov: bool,
 }
 
+impl SgdOptions {
+    /// Torch's checks of SGD's hyperparameters (its messages): a finite learning rate,
+    /// momentum and weight decay at least 0, and Nesterov only with momentum and no
+    /// dampening.
+    pub fn check(&self) -> Result<()> {
+        let ok = |x: f64| x >= 0.0 && x.is_finite();
+        let bad = if !ok(self.lr) {
+            format!("Invalid learning rate: {}", self.lr)
+        } else if !ok(self.momentum) {
+            format!("Invalid momentum value: {}", self.momentum)
+        } else if !ok(self.weight_decay) {
+            format!("Invalid weight_decay value: {}", self.weight_decay)
+        } else if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            "Nesterov momentum requires a momentum and zero dampening".to_string()
+        } else {
+            return Ok(());
+        };
+        Err(crate::Error::Autograd(format!("SGD: {bad}")))
+    }
+}
+
 impl Sgd {
     /// Plain SGD over `params` (leaves that require grad) with learning rate `lr`.
     pub fn new(params: Vec<Tensor>, lr: f64) -> Result<Sgd> {
@@ -155,6 +176,7 @@ impl Sgd {
 
 impl Optimizer for Sgd {
     fn step(&mut self) -> Result<()> {
+        self.hyperparameters().check()?;
         let _off = no_grad();
         let traced = crate::compile::lazy::is_tracing();
         if !traced && self.fused && self.params.iter().all(fused::supported) {
