@@ -198,7 +198,10 @@ impl Shared {
     /// `affinity` is the worker's initial one (see the CPU check inside).
     fn wait_for_job(&self, last: u64, affinity: &Affinity) -> u64 {
         #[cfg(not(feature = "loom"))]
-        self.spin_for_job(last, affinity);
+        if let Some(seq) = self.spin_for_job(last, affinity) {
+            // found while spinning: the hot path, no lock and no sleeper count
+            return seq;
+        }
         #[cfg(feature = "loom")]
         let _ = affinity;
         self.sleepers.fetch_add(1, Ordering::AcqRel);
@@ -211,22 +214,23 @@ impl Shared {
         seq
     }
 
-    /// Spins for [`SPIN`] or until a job newer than `last` is published (the caller then
-    /// finds it at once, without sleeping).
+    /// Spins for [`SPIN`] or until a job newer than `last` is published: returns that
+    /// job's sequence number, or `None` when the spin ran out and the caller must sleep.
     #[cfg(not(feature = "loom"))]
-    fn spin_for_job(&self, last: u64, affinity: &Affinity) {
+    fn spin_for_job(&self, last: u64, affinity: &Affinity) -> Option<u64> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            if self.claim.load(Ordering::Acquire) >> 32 != last {
-                return;
+            let seq = self.claim.load(Ordering::Acquire) >> 32;
+            if seq != last {
+                return Some(seq);
             }
             std::hint::spin_loop();
             spins += 1;
             if spins == SPINS_PER_CHECK {
                 spins = 0;
                 if start.elapsed() >= SPIN {
-                    return;
+                    return None;
                 }
                 // a worker on its caller's CPU only slows the caller down (the two share
                 // the core), and the scheduler was seen to keep them there (waking the
