@@ -149,6 +149,17 @@ impl Tensor {
     /// A tensor of `dtype` from f64 values (converted as a cast would).
     #[track_caller]
     pub fn from_f64(values: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        // as `torch.tensor` refuses them
+        if let Some(v) = values.iter().find(|&&v| !dtype.holds_element(v)) {
+            return Err(crate::error::invalid(
+                "from_f64",
+                shape,
+                format!(
+                    "value {} cannot be converted to type {dtype} without overflow",
+                    kiln_ir::format_float(*v)
+                ),
+            ));
+        }
         Tensor::constant(CpuTensor::from_f64(values, shape, dtype)?)
     }
 

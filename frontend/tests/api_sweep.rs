@@ -93,6 +93,15 @@ fn bad_input_to_every_entry_point_is_a_typed_error_and_changes_nothing() {
         Tensor::from_f64(&[1.0, 2.0], &[3], DType::F32)
     });
     s.case("full", &[], || Tensor::full(&[huge, huge], 1.0, DType::F32));
+    // literals the dtype cannot hold (torch: "value cannot be converted ... without overflow")
+    s.case("full", &[], || {
+        Tensor::full(&[2], f64::INFINITY, DType::I64)
+    });
+    s.case("full", &[], || Tensor::full(&[2], 1e20, DType::I32));
+    s.case("full", &[], || Tensor::full(&[2], 1e300, DType::F32));
+    s.case("from_f64", &[], || {
+        Tensor::from_f64(&[1.0, f64::NAN], &[2], DType::I64)
+    });
     s.case("zeros", &[], || {
         Tensor::zeros(&[1 << 40, 1 << 40], DType::F32)
     });
@@ -196,6 +205,9 @@ fn bad_input_to_every_entry_point_is_a_typed_error_and_changes_nothing() {
     s.case("mul_", &[&dst, &b], || dst.mul_(&b));
     s.case("copy_", &[&dst, &b], || dst.copy_(&b));
     s.case("fill_", &[&dst, &v], || dst.fill_(&v));
+    let int_dst = Tensor::zeros(&[3], DType::I64).unwrap();
+    s.case("fill_", &[&int_dst], || int_dst.fill_(f64::INFINITY));
+    s.case("pow", &[&int_dst], || int_dst.pow(-2i64));
     let view = dst.expand(&[4, 2, 3]).unwrap();
     s.case("add_", &[&view, &dst], || view.add_(1.0));
 

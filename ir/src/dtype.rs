@@ -1,5 +1,6 @@
 //! Element types of tensors and the type-promotion rules shared by every stage.
 
+use crate::Scalar;
 use std::fmt;
 use std::str::FromStr;
 
@@ -155,6 +156,39 @@ impl DType {
             DType::I32 if v.is_finite() => f64::from(v.trunc() as i64 as i32),
             _ => self.round_f64(v),
         }
+    }
+
+    /// Whether a literal of this value can fill a tensor of this dtype, as PyTorch's
+    /// `full`, `fill_` and `tensor(...)` decide ("value cannot be converted to type int64_t
+    /// without overflow"): integer dtypes take only finite values in their range, `f32`
+    /// takes infinities and NaN but no finite value beyond its largest, and bool, f16, bf16
+    /// and f64 take anything (f16 and bf16 round a too-large value to infinity).
+    pub fn holds_literal(self, v: Scalar) -> bool {
+        match (self, v) {
+            (DType::I32, Scalar::Int(i)) => i32::try_from(i).is_ok(),
+            (DType::I32, Scalar::Float(f)) => {
+                f.is_finite() && f >= f64::from(i32::MIN) && f <= f64::from(i32::MAX)
+            }
+            // 2^63 is i64::MAX rounded up, and out of range
+            (DType::I64, Scalar::Float(f)) => {
+                f.is_finite() && (-(2f64.powi(63))..2f64.powi(63)).contains(&f)
+            }
+            (DType::F32, Scalar::Float(f)) => !f.is_finite() || f.abs() <= f64::from(f32::MAX),
+            _ => true,
+        }
+    }
+
+    /// Whether an element given as f64 (`torch.tensor([...], dtype=...)`, `from_vec`) can
+    /// become an element of this dtype: not for NaN, an infinity or a value past the range
+    /// of an integer dtype. An i64 element reaches f64 rounded (i64::MAX is 2^63), so 2^63
+    /// itself is taken.
+    pub fn holds_element(self, v: f64) -> bool {
+        let limit = match self {
+            DType::I32 => 2f64.powi(31),
+            DType::I64 => 2f64.powi(63),
+            _ => return true,
+        };
+        v.is_finite() && v.abs() <= limit
     }
 
     /// Rounds an f64 to the nearest value representable in this dtype, with the

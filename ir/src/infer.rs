@@ -3,7 +3,7 @@
 //! the tracer all call [`infer`], so an op means the same thing everywhere.
 
 use crate::shape::{broadcast, broadcasts_to, normalize_dim};
-use crate::{ArgType, DType, Dim, InplaceOp, Op, ReduceOp, Scalar, Shape, TensorType};
+use crate::{ArgType, BinaryOp, DType, Dim, InplaceOp, Op, ReduceOp, Scalar, Shape, TensorType};
 use smallvec::SmallVec;
 use std::fmt;
 
@@ -161,8 +161,13 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
     let tt = TensorType::new;
     match op {
         Op::Input => Err(c.err("an input has no operands to infer from")),
-        Op::Full { shape, dtype, .. } => {
+        Op::Full {
+            shape,
+            dtype,
+            value,
+        } => {
             c.arity(0, 0)?;
+            literal_fits(&c, *value, *dtype)?;
             Ok(tt(*dtype, shape.clone()))
         }
         Op::Arange {
@@ -194,6 +199,13 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
             dtype,
         } => {
             c.arity(0, 0)?;
+            // as `torch.tensor` refuses them
+            if let Some(&v) = values.values().iter().find(|&&v| !dtype.holds_element(v)) {
+                return Err(c.err(format!(
+                    "value {} cannot be converted to type {dtype} without overflow",
+                    crate::format_float(v)
+                )));
+            }
             match shape.numel() {
                 Some(n) if n == values.len() => Ok(tt(*dtype, shape.clone())),
                 Some(n) => Err(c.err(format!(
@@ -224,6 +236,13 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
                 }
                 Err(r) => return Err(c.err(r)),
             };
+            if *b == BinaryOp::Pow && dtype.is_int() {
+                if let ArgType::Scalar(Scalar::Int(e)) = args[1] {
+                    if e < 0 {
+                        return Err(c.err("Integers to negative integer powers are not allowed."));
+                    }
+                }
+            }
             Ok(tt(dtype, shape))
         }
         Op::Clamp => {
@@ -563,6 +582,18 @@ fn nonempty_reduction(c: &Ctx<'_>, t: &TensorType, dims: &[usize]) -> Result<(),
     Ok(())
 }
 
+/// Refuses a fill value the dtype cannot hold ([`DType::holds_literal`]), with PyTorch's
+/// message.
+fn literal_fits(c: &Ctx<'_>, v: Scalar, dtype: DType) -> Result<(), TypeError> {
+    if dtype.holds_literal(v) {
+        Ok(())
+    } else {
+        Err(c.err(format!(
+            "value {v} cannot be converted to type {dtype} without overflow"
+        )))
+    }
+}
+
 fn infer_inplace(c: &Ctx<'_>, op: InplaceOp) -> Result<TensorType, TypeError> {
     c.arity(2, 2)?;
     let dst = c.tensor(0)?.clone();
@@ -577,6 +608,9 @@ fn infer_inplace(c: &Ctx<'_>, op: InplaceOp) -> Result<TensorType, TypeError> {
             }
         }
         InplaceOp::Fill => {
+            if let ArgType::Scalar(v) = &c.args[1] {
+                literal_fits(c, *v, dst.dtype)?;
+            }
             if let ArgType::Tensor(v) = &c.args[1] {
                 if v.shape.rank() != 0 {
                     return Err(c.err(format!(

@@ -169,3 +169,29 @@ fn errors_display_line_and_column() {
     assert_eq!((e.line, e.col), (2, 8));
     assert_eq!(e.to_string(), "2:8: unknown op `mull`");
 }
+
+// literals a dtype cannot hold, refused as torch refuses them
+case!(
+    full_of_infinity_as_integer,
+    "  %0 = full {shape = [2], value = inf, dtype = i64} : i64[2]"
+);
+case!(
+    full_beyond_i32,
+    "  %0 = full {shape = [2], value = 1e20, dtype = i32} : i32[2]"
+);
+case!(
+    full_beyond_f32,
+    "  %0 = full {shape = [2], value = 1e300, dtype = f32} : f32[2]"
+);
+case!(
+    from_vec_of_infinity_as_integer,
+    "  %0 = from_vec {values = [1.0, inf], shape = [2], dtype = i64} : i64[2]"
+);
+case!(
+    fill_integer_with_nan,
+    "  %0 = cast %x {dtype = i32} : i32[4]\n  %1 = fill_ %0, nan : i32[4]"
+);
+case!(
+    integer_to_negative_literal_power,
+    "  %0 = cast %x {dtype = i64} : i64[4]\n  %1 = pow %0, -2 : i64[4]"
+);

@@ -205,7 +205,8 @@ pub(crate) trait CFloat: num_traits::Float + Send + Sync + Debug + 'static {
 fn tanh_f32(x: f32) -> f32 {
     let x = x as f64;
     if x.abs() < 1e-4 {
-        (x - x * x * x / 3.0) as f32
+        // x·(…), not x - x³/3: -0 stays -0
+        (x * (1.0 - x * x / 3.0)) as f32
     } else if x.abs() > 20.0 {
         1f64.copysign(x) as f32
     } else {
@@ -394,8 +395,7 @@ macro_rules! int_kern {
                                 -1
                             }
                         }
-                        // 0 ^ negative is inf, whose cast is saturating; |x| > 1 gives 0.
-                        0 => <$t>::MAX,
+                        // as PyTorch's integer kernel: 0 and |x| > 1 give 0
                         _ => 0,
                     };
                 }
@@ -507,6 +507,8 @@ mod tests {
         assert_eq!(tanh_f32(100.0), 1.0);
         assert_eq!(tanh_f32(-100.0), -1.0);
         assert!(tanh_f32(f32::NAN).is_nan());
+        assert!(tanh_f32(-0.0).is_sign_negative() && tanh_f32(0.0).is_sign_positive());
+        assert_eq!(tanh_f32(f32::from_bits(1)), f32::from_bits(1));
     }
 
     #[test]

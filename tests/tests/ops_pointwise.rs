@@ -184,6 +184,10 @@ fn binary_ops_with_scalar_operands() {
                 if !accepts(b.info(), promoted) {
                     continue;
                 }
+                // integers to a negative literal power are refused, as in torch
+                if b == BinaryOp::Pow && !promoted.is_float() && s == Scalar::Int(-2) {
+                    continue;
+                }
                 let x = make(&[5, 3], dtype, 31, Dist::of(b.info(), 0), Layout::Strided);
                 assert_op(&Op::Binary(b), &[TestArg::T(x.clone()), TestArg::S(s)]);
                 // The scalar may come first too (`2.0 - x`), against a tensor drawn as the

@@ -2,7 +2,7 @@
 
 use super::index::{broadcast_strides, for_each_offsets};
 use super::{tensor, Fail, Operand, Out, Value};
-use crate::ops::Reference;
+use crate::ops::{eval_int_binary, eval_int_unary, Reference};
 use crate::{result_type, rng, BinaryOp, DType, DTypeRule, InplaceOp, Op, Scalar, UnaryOp};
 use std::borrow::Cow;
 
@@ -39,6 +39,9 @@ pub(crate) fn unary(op: UnaryOp, x: &Value, out: &Out) -> Value {
                 let y = if op == UnaryOp::BitwiseNot && d == DType::Bool {
                     // `~` on bools is logical not
                     (v == 0.0) as u8 as f64
+                } else if let Some(r) = eval_int_unary(op, v as i64, d) {
+                    // integers wrap exactly (`-i64::MIN` is itself)
+                    r as f64
                 } else {
                     op.eval_f64(v)
                 };
@@ -109,21 +112,9 @@ pub(crate) fn binary(
     let mut data = Vec::with_capacity(out.numel());
     for_each_offsets(&out.shape, [&x.strides, &y.strides], |[i, j]| {
         let (a, b) = (common.round_f64(x.data[i]), common.round_f64(y.data[j]));
-        let v = match op {
-            // integer arithmetic wraps exactly (f64 products past 2^53 are not exact)
-            BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul if common.is_int() => {
-                let (a, b) = (a as i64, b as i64);
-                let r = match op {
-                    BinaryOp::Add => a.wrapping_add(b),
-                    BinaryOp::Sub => a.wrapping_sub(b),
-                    _ => a.wrapping_mul(b),
-                };
-                if out.dtype == DType::I32 {
-                    f64::from(r as i32)
-                } else {
-                    r as f64
-                }
-            }
+        // integer arithmetic wraps exactly (f64 products past 2^53 are not exact)
+        let v = match eval_int_binary(op, a as i64, b as i64, out.dtype) {
+            Some(r) if common == out.dtype => r as f64,
             _ => op.eval_f64(a, b),
         };
         data.push(out.dtype.wrap_f64(v));

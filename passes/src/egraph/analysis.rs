@@ -7,6 +7,7 @@
 
 use super::lang::{Interner, Lit, TNode};
 use egg::{Analysis, DidMerge, EGraph, Id};
+use kiln_ir::ops::{eval_int_binary, eval_int_unary};
 use kiln_ir::{ArgType, DType, Dim, Op, ReduceOp, Scalar, TensorType};
 
 /// What the analysis knows about an e-class.
@@ -77,6 +78,15 @@ pub fn data(egraph: &EGraph<TNode, TensorAnalysis>, id: Id) -> &ClassData {
     &egraph[id].data
 }
 
+/// An integer or bool constant as an integer (a float is `None`).
+fn int_of(s: Scalar) -> Option<i64> {
+    match s {
+        Scalar::Int(i) => Some(i),
+        Scalar::Bool(b) => Some(i64::from(b)),
+        Scalar::Float(_) => None,
+    }
+}
+
 fn fold(op: &Op, args: &[&ClassData], out: &TensorType) -> Option<Scalar> {
     let konst = |d: &ClassData| match d {
         ClassData::Scalar(s) => Some(*s),
@@ -97,11 +107,48 @@ fn fold(op: &Op, args: &[&ClassData], out: &TensorType) -> Option<Scalar> {
     };
     let round = |v: f64| round_as(v, false);
     match op {
+        // an integer literal stays exact (through f64, i64::MAX - 1 would not)
+        Op::Full {
+            value: Scalar::Int(i),
+            dtype: DType::I64,
+            ..
+        } => Some(Scalar::Int(*i)),
         Op::Full { value, .. } => Some(round(value.to_f64())),
-        Op::Unary(u) => Some(round_as(u.eval_f64(konst(args[0])?.to_f64()), true)),
+        Op::Unary(u) => {
+            let x = konst(args[0])?;
+            if let Some(r) = int_of(x).and_then(|i| eval_int_unary(*u, i, out.dtype)) {
+                return Some(if out.dtype == DType::Bool {
+                    Scalar::Bool(r != 0)
+                } else {
+                    Scalar::Int(r)
+                });
+            }
+            // an integer operand of a float op is converted first (`cos` of an i32 computes
+            // in f32, where 2^31 - 1 is 2^31)
+            let xv = if out.dtype.is_float() {
+                out.dtype.round_f64(x.to_f64())
+            } else {
+                x.to_f64()
+            };
+            Some(round_as(u.eval_f64(xv), true))
+        }
         Op::Binary(b) => {
             let (x, y) = (konst(args[0])?, konst(args[1])?);
-            Some(round_as(b.eval_f64(x.to_f64(), y.to_f64()), true))
+            // integers fold in integer arithmetic: f64 is not exact past 2^53, and wraps
+            // nothing
+            if let (Some(i), Some(j)) = (int_of(x), int_of(y)) {
+                if let Some(r) = eval_int_binary(*b, i, j, out.dtype) {
+                    return Some(Scalar::Int(r));
+                }
+                if out.dtype.is_int() {
+                    // an integer result without an exact rule (division by zero): unfolded
+                    return None;
+                }
+            }
+            // both operands in the promoted dtype, where the op computes (and compares)
+            let common = kiln_ir::result_type(&[args[0].arg_type(), args[1].arg_type()]);
+            let (xv, yv) = (common.round_f64(x.to_f64()), common.round_f64(y.to_f64()));
+            Some(round_as(b.eval_f64(xv, yv), true))
         }
         Op::Cast { .. } => match (konst(args[0])?, out.dtype) {
             // an integer to an integer wraps, exactly as eager's cast does (not by way of

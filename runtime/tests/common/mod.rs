@@ -70,7 +70,12 @@ pub fn layouts(x: &CpuTensor) -> Vec<CpuTensor> {
         let buf = ex(
             Op::Full {
                 shape: Shape::of(&wide),
-                value: Scalar::Float(f64::NAN),
+                // poison between the kept elements (NaN is no integer: torch refuses it)
+                value: if x.dtype().is_float() {
+                    Scalar::Float(f64::NAN)
+                } else {
+                    Scalar::Int(-99)
+                },
                 dtype: x.dtype(),
             },
             &[],
