@@ -261,7 +261,7 @@ impl<'g> Lowering<'g> {
                 value: value_of[&o],
             });
         }
-        reciprocal_row_divisors(&mut body);
+        reciprocal_row_divisors(&mut body, &mut stores);
         let phases = plan_phases(&body, &stores);
         let mut nest = LoopNest {
             name: self.g.name().to_string(),
