@@ -385,7 +385,8 @@ impl Math {
                 let far = e.cmpc(FloatCC::GreaterThanOrEqual, a, 9.0);
                 let m = e.sel(far, big, small);
                 let sign = e.sign_of(x);
-                e.b.ins().bxor(m, sign)
+                let m = e.b.ins().bxor(m, sign);
+                exp_log::keep_tiny(e, x, m)
             }
             // bool results: [`Math::bool_unary`]
             UnaryOp::Isnan | UnaryOp::Isinf | UnaryOp::LogicalNot | UnaryOp::BitwiseNot => {

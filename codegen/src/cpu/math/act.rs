@@ -31,6 +31,8 @@ pub(super) fn tanh(e: &mut Em, x: Value, range: ValueRange) -> Value {
     let nt = e.neg(t);
     let d = e.addc(t, 2.0);
     let q = e.div(nt, d);
+    // |tanh x|, then x's sign (at x = 0, `-t` is -0: a bare OR gave tanh(+0) = -0)
+    let q = e.abs(q);
     let sign = e.sign_of(x);
     e.b.ins().bor(q, sign)
 }

@@ -98,7 +98,9 @@ pub(super) fn erf(e: &mut Em, x: Value) -> Value {
     let xr = e.mul(x, rest);
     let small = e.mul_add_c(x, ERF_C0_HI, xr);
     let is_small = e.cmpc(FloatCC::LessThan, ax, ERF_SMALL);
-    e.sel(is_small, small, big)
+    let y = e.sel(is_small, small, big);
+    // erf is odd: the sign is x's (the small path's `-0·C0_HI + (+0)` gave +0 for -0)
+    e.b.ins().bor(y, sign)
 }
 
 /// `gelu x = x·Φ(x)` with `Φ(-|x|) = erfc(|x|/√2)/2 = e^(-x²/2)·R(|x|/√2)/2` (relatively

@@ -168,7 +168,20 @@ pub(super) fn expm1(e: &mut Em, x: Value) -> Value {
     let half = e.mul_add(h, em, hm);
     let r = e.add(half, half);
     let sign = e.sign_of(x);
-    e.b.ins().bor(r, sign)
+    let r = e.b.ins().bor(r, sign);
+    keep_tiny(e, x, r)
+}
+
+/// Below this |x|, `expm1 x` and `sinh x` round to `x` itself (the next term, x²/2 or
+/// x³/6, is under a quarter ulp).
+pub(super) const TINY: f32 = 2.980_232_2e-8; // 2^-25
+
+/// `x` where `|x| <` [`TINY`], else `y`: the halvings in `expm1` and `sinh` would round a
+/// subnormal `x` to zero or lose its low bits (`expm1(1e-45)` gave 0).
+pub(super) fn keep_tiny(e: &mut Em, x: Value, y: Value) -> Value {
+    let ax = e.abs(x);
+    let tiny = e.cmpc(FloatCC::LessThan, ax, TINY);
+    e.sel(tiny, x, y)
 }
 
 /// `e^x`: [`exp_core`] plus the special cases: `x > EXP_HI` (and +inf) → +inf, NaN → NaN,
