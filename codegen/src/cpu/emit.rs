@@ -739,6 +739,7 @@ impl Emitter<'_> {
                         Width::Vector => b.ins().splat(f32x4(), self.inner_len),
                     },
                     Expr::Reduce(..) => unreachable!("reductions are row values"),
+                    Expr::Narrow(x) => self.narrow_point(b, *x, w, vals, splats),
                     other => {
                         // constant operands are loaded at each use, so that x86 folds
                         // them into the instruction (a splat hoisted out of the loop would

@@ -88,8 +88,46 @@ impl Emitter<'_> {
                 let hi = xh.zip(yh).map(|(p, q)| f64_binary(b, op, p, q));
                 (lo, hi)
             }
+            Expr::Unary(op, x) => {
+                let (xl, xh) = self.f64_point(b, x, w, vals, splats);
+                let lo = f64_unary(b, op, xl);
+                let hi = xh.map(|h| f64_unary(b, op, h));
+                (lo, hi)
+            }
             ref other => unreachable!("{other:?} is not an f64 point value of the loop form"),
         }
+    }
+
+    /// `narrow(x)` of an f64 point value `x` at width `w`: the f32 scalar, or the four lanes
+    /// of its two F64X2 halves demoted and joined. (A statistic over dims of extent 1 is a
+    /// point value: a layer norm over a last dim of size 1.)
+    pub(super) fn narrow_point(
+        &self,
+        b: &mut FunctionBuilder,
+        x: ValueId,
+        w: Width,
+        vals: &HashMap<ValueId, Value>,
+        splats: &HashMap<ValueId, Value>,
+    ) -> Value {
+        let (lo, hi) = self.f64_point(b, x, w, vals, splats);
+        let Some(hi) = hi else {
+            return b.ins().fdemote(types::F32, lo);
+        };
+        let little = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+        // each demotion fills lanes 0-1 (and zeroes 2-3): lanes 0-1 of the low half, then
+        // lanes 0-1 of the high half
+        let l = b.ins().fvdemote(lo);
+        let h = b.ins().fvdemote(hi);
+        let l = b.ins().bitcast(types::I8X16, little, l);
+        let h = b.ins().bitcast(types::I8X16, little, h);
+        let mask: Vec<u8> = (0..8).chain(16..24).collect();
+        let imm = b
+            .func
+            .dfg
+            .immediates
+            .push(cranelift_codegen::ir::ConstantData::from(mask));
+        let joined = b.ins().shuffle(l, h, imm);
+        b.ins().bitcast(f32x4(), little, joined)
     }
 
     /// The f32 value `c` when `v` is `widen(c) * widen(c)`: the f64 square of an f32 value
@@ -224,19 +262,27 @@ fn f64_binary(b: &mut FunctionBuilder, op: BinaryOp, x: Value, y: Value) -> Valu
     }
 }
 
-/// The f64 unary ops of the loop form (scalars).
+/// The f64 unary ops of the loop form (scalars or F64X2 vectors).
 fn f64_unary(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Value {
+    let one = |b: &mut FunctionBuilder| {
+        let one = b.ins().f64const(1.0);
+        if b.func.dfg.value_type(x) == types::F64X2 {
+            b.ins().splat(types::F64X2, one)
+        } else {
+            one
+        }
+    };
     match op {
         UnaryOp::Neg => b.ins().fneg(x),
         UnaryOp::Abs => b.ins().fabs(x),
         UnaryOp::Sqrt => b.ins().sqrt(x),
         UnaryOp::Rsqrt => {
             let s = b.ins().sqrt(x);
-            let one = b.ins().f64const(1.0);
+            let one = one(b);
             b.ins().fdiv(one, s)
         }
         UnaryOp::Recip => {
-            let one = b.ins().f64const(1.0);
+            let one = one(b);
             b.ins().fdiv(one, x)
         }
         other => unreachable!(
@@ -244,6 +290,14 @@ fn f64_unary(b: &mut FunctionBuilder, op: UnaryOp, x: Value) -> Value {
             other.name()
         ),
     }
+}
+
+/// The unary ops an f64 point value may apply (those of [`f64_unary`]).
+fn f64_point_unary(op: UnaryOp) -> bool {
+    matches!(
+        op,
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip
+    )
 }
 
 /// Whether the cpu emitter handles the nest's f64 values: f64 row values (any of the loop
@@ -264,6 +318,8 @@ pub(crate) fn f64_supported(nest: &LoopNest) -> Result<(), String> {
                 Expr::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div, ..) => {
                     f64_point(v)
                 }
+                Expr::Unary(op, _) => f64_point_unary(op) && f64_point(v),
+                Expr::Narrow(_) => !s.row,
                 _ => false,
             };
             if !ok {
@@ -281,6 +337,7 @@ pub(crate) fn f64_supported(nest: &LoopNest) -> Result<(), String> {
                 ) => [x, y]
                     .iter()
                     .all(|&o| f64_point(o) || matches!(body[o].expr, Expr::Const(_))),
+                Expr::Unary(op, x) => f64_point_unary(op) && f64_point(x),
                 _ => false,
             };
             if !ok {
@@ -297,8 +354,10 @@ pub(crate) fn f64_supported(nest: &LoopNest) -> Result<(), String> {
                 }
             }
         }
-        if !s.row && matches!(s.expr, Expr::Narrow(_)) {
-            return Err(format!("v{v} narrows a point value"));
+        if let (false, Expr::Narrow(x)) = (s.row, &s.expr) {
+            if !f64_point(*x) {
+                return Err(format!("v{v} narrows a point value"));
+            }
         }
     }
     for st in &nest.stores {
