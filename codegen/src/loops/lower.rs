@@ -220,7 +220,18 @@ impl<'g> Lowering<'g> {
                 Op::Reduce { op, .. } => {
                     let x = operand(&mut body, &node.args[0]);
                     if self.identity.contains(&id) {
-                        value_of.insert(id, x);
+                        // a sum (and a mean) of one element is 0 + x, as eager and torch
+                        // accumulate it: -0 becomes +0 (a max or min is x itself)
+                        let adds = matches!(op, ReduceOp::Sum | ReduceOp::Mean);
+                        if adds && body[x].ty == ty && ty != ScalarType::Bool {
+                            let zero = push(&mut body, Expr::Const(0.0), ty, true);
+                            let sum = Expr::Binary(BinaryOp::Add, x, zero);
+                            let x_row = body[x].row;
+                            let v = push(&mut body, sum, ty, x_row);
+                            value_of.insert(id, v);
+                        } else {
+                            value_of.insert(id, x);
+                        }
                         continue;
                     }
                     match op {
