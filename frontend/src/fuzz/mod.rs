@@ -549,7 +549,11 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
                         let same = match (a, b) {
                             (None, None) => Ok(()),
                             (Some(a), Some(b)) => {
-                                let same = compare::agree_within(a, b, grad_bounds);
+                                let same = if *e == Executor::Interp {
+                                    compare::agree_with_f64_oracle_within(a, b, grad_bounds)
+                                } else {
+                                    compare::agree_within(a, b, grad_bounds)
+                                };
                                 let t = if same.is_err() { truth.grad(i) } else { None };
                                 or_near_truth(same, a, b, t, grad_bounds)
                             }
