@@ -385,29 +385,9 @@ macro_rules! int_kern {
                 self.signum()
             }
             fn wpow(self, e: Self) -> Self {
-                if e < 0 {
-                    return match self {
-                        1 => 1,
-                        -1 => {
-                            if e % 2 == 0 {
-                                1
-                            } else {
-                                -1
-                            }
-                        }
-                        // as PyTorch's integer kernel: 0 and |x| > 1 give 0
-                        _ => 0,
-                    };
-                }
-                let (mut base, mut e, mut acc) = (self, e as u64, 1 as $t);
-                while e > 0 {
-                    if e & 1 == 1 {
-                        acc = acc.wrapping_mul(base);
-                    }
-                    base = base.wrapping_mul(base);
-                    e >>= 1;
-                }
-                acc
+                // one definition with constant folding and the interpreter; wrapping in
+                // i64 then narrowing is the same as wrapping in i32
+                kiln_ir::ops::int_pow(i64::from(self), i64::from(e)) as $t
             }
         }
     };

@@ -74,7 +74,10 @@ pub fn eval_int_binary(op: BinaryOp, a: i64, b: i64, dtype: DType) -> Option<i64
     Some(narrow(v, dtype))
 }
 
-fn int_pow(base: i64, e: i64) -> i64 {
+/// `base ^ e` with wrapping multiplication (exact mod 2^64, so mod 2^32 too when narrowed
+/// to i32); a negative `e` gives PyTorch's integer result: 1 and -1 to it as in the reals,
+/// every other base 0.
+pub fn int_pow(base: i64, e: i64) -> i64 {
     if e < 0 {
         return match base {
             1 => 1,

@@ -31,7 +31,7 @@ pub use attr::{AttrCodec, AttrValue, OpParseError, Reader};
 pub use constant::Constant;
 pub use derivative::{gradients, Derivative, GArg, GVal, GradBuilder, GradCall, GradError};
 pub use info::{Arity, CostClass, DTypeRule, Domain, OpInfo, OpKind, RangeRule, Reference};
-pub use int_eval::{eval_int_binary, eval_int_unary};
+pub use int_eval::{eval_int_binary, eval_int_unary, int_pow};
 pub use range::ValueRange;
 pub use table::{rows, BinaryOp, InplaceOp, Op, ReduceOp, UnaryOp};
 

@@ -5,19 +5,30 @@
 
 use super::*;
 
-/// The four lanes of an F32X4 as two F64X2 (low and high halves).
-pub(super) fn widen(b: &mut FunctionBuilder, x: Value) -> (Value, Value) {
-    let lo = b.ins().fvpromote_low(x);
+/// The F32X4 of the bytes `mask` picks from `x` (0–15) and `y` (16–31).
+fn shuffle_lanes(
+    b: &mut FunctionBuilder,
+    x: Value,
+    y: Value,
+    mask: impl Iterator<Item = u8>,
+) -> Value {
     let little = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
-    let bytes = b.ins().bitcast(types::I8X16, little, x);
-    let mask: Vec<u8> = (8..16).chain(8..16).collect();
+    let x = b.ins().bitcast(types::I8X16, little, x);
+    let y = b.ins().bitcast(types::I8X16, little, y);
+    let mask: Vec<u8> = mask.collect();
     let imm = b
         .func
         .dfg
         .immediates
         .push(cranelift_codegen::ir::ConstantData::from(mask));
-    let high = b.ins().shuffle(bytes, bytes, imm);
-    let high = b.ins().bitcast(f32x4(), little, high);
+    let joined = b.ins().shuffle(x, y, imm);
+    b.ins().bitcast(f32x4(), little, joined)
+}
+
+/// The four lanes of an F32X4 as two F64X2 (low and high halves).
+pub(super) fn widen(b: &mut FunctionBuilder, x: Value) -> (Value, Value) {
+    let lo = b.ins().fvpromote_low(x);
+    let high = shuffle_lanes(b, x, x, (8..16).chain(8..16));
     let hi = b.ins().fvpromote_low(high);
     (lo, hi)
 }
@@ -113,21 +124,11 @@ impl Emitter<'_> {
         let Some(hi) = hi else {
             return b.ins().fdemote(types::F32, lo);
         };
-        let little = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
         // each demotion fills lanes 0-1 (and zeroes 2-3): lanes 0-1 of the low half, then
         // lanes 0-1 of the high half
         let l = b.ins().fvdemote(lo);
         let h = b.ins().fvdemote(hi);
-        let l = b.ins().bitcast(types::I8X16, little, l);
-        let h = b.ins().bitcast(types::I8X16, little, h);
-        let mask: Vec<u8> = (0..8).chain(16..24).collect();
-        let imm = b
-            .func
-            .dfg
-            .immediates
-            .push(cranelift_codegen::ir::ConstantData::from(mask));
-        let joined = b.ins().shuffle(l, h, imm);
-        b.ins().bitcast(f32x4(), little, joined)
+        shuffle_lanes(b, l, h, (0..8).chain(16..24))
     }
 
     /// The f32 value `c` when `v` is `widen(c) * widen(c)`: the f64 square of an f32 value
