@@ -1,8 +1,8 @@
 //! f16 and bf16 in the CUDA backend: the op programs of the CUDA tests with every f32
 //! turned into f16 (then bf16), their kernels run by the emulation harness and compared
-//! with the interpreter (which rounds after every op, as eager mode does, while a kernel
-//! computes a fused chain in f32 and rounds at its store: tolerance 8 units in the last
-//! place); the conversions exact on every one of the 65536 bit patterns; and every half
+//! with the interpreter (tolerance 8 units in the last place, for the math functions);
+//! the conversions exact on every one of the 65536 bit patterns; a fused chain rounding
+//! each op's result and each literal to the half type, as eager mode does; and every half
 //! kernel compiled by NVRTC and ptxas (skipped without NVRTC unless `KILN_REQUIRE_NVRTC`).
 
 mod common;
@@ -174,6 +174,66 @@ fn conversions_are_exact_on_every_bit_pattern() {
             got[bad[0]],
             want[bad[0]]
         );
+    }
+}
+
+/// Bit patterns of `got` that are not the number `want` has at the same place.
+fn differing(got: &[u16], want: &[u16], dtype: DType) -> Vec<(usize, u16, u16)> {
+    (0..got.len())
+        .filter(|&i| !same(got[i], want[i], dtype))
+        .map(|i| (i, got[i], want[i]))
+        .collect()
+}
+
+#[test]
+fn a_fused_chain_rounds_each_half_result_and_literal_as_eager_does() {
+    // (dtype, inputs whose square overflows the type, a scale bringing that square back in
+    // range, a literal the type rounds, inputs on which that rounding shows)
+    let cases = [
+        // 300² = 90000 overflows f16 (65504): eager's product is inf, and so its half; the
+        // literal 65519 is 65504 in f16, so -20 + 65519 is 65472 (torch's answer too)
+        (
+            DType::F16,
+            "f16",
+            [300.0, -300.0, 2.0, 0.5],
+            0.5,
+            "add",
+            65519.0,
+            [-20.0, 0.0, 20.0, -0.5],
+        ),
+        // 1e20² overflows bf16 (3.4e38); the literal 1 + 2^-8 is 1 in bf16, so 20 stays 20
+        (
+            DType::BF16,
+            "bf16",
+            [1e20, -1e20, 2.0, 0.5],
+            1e-10,
+            "mul",
+            1.00390625,
+            [20.0, -20.0, 3.0, 0.0],
+        ),
+    ];
+    for (dtype, ty, big, scale, op, lit, small) in cases {
+        let chain = format!(
+            "graph @chain(%x: {ty}[4]) -> {ty}[4] {{\n  %0 = mul %x, %x : {ty}[4]\n  %1 = mul %0, {scale:?} : {ty}[4]\n  return %1\n}}\n"
+        );
+        let x = Value::new(dtype, vec![4], big.to_vec()).unwrap();
+        let (got, want) = run_exact(&chain, &[x], dtype);
+        assert_eq!(differing(&got, &want, dtype), vec![], "{ty}: x·x·{scale}");
+        let first = match dtype {
+            DType::F16 => half::f16::from_bits(got[0]).to_f64(),
+            _ => half::bf16::from_bits(got[0]).to_f64(),
+        };
+        assert_eq!(
+            first,
+            f64::INFINITY,
+            "{ty}: the square overflows before the scale"
+        );
+        let literal = format!(
+            "graph @literal(%x: {ty}[4]) -> {ty}[4] {{\n  %0 = {op} %x, {lit:?} : {ty}[4]\n  return %0\n}}\n"
+        );
+        let x = Value::new(dtype, vec![4], small.to_vec()).unwrap();
+        let (got, want) = run_exact(&literal, &[x], dtype);
+        assert_eq!(differing(&got, &want, dtype), vec![], "{ty}: {op} {lit}");
     }
 }
 

@@ -189,3 +189,19 @@ fn the_kernels_of_a_compiled_adamw_training_step_compile_with_nvrtc_and_ptxas() 
         all.len()
     );
 }
+
+#[test]
+fn products_are_not_contracted_into_fused_multiply_adds() {
+    // eager rounds x·y before subtracting; a contracted fma(x, y, -z) keeps the product's
+    // rounding error, which a log_softmax's exp turned into inf on an H100
+    if !nvrtc_for_tests().unwrap_or_else(|e| panic!("{e}")) {
+        return;
+    }
+    let text = "graph @mulsub(%x: f32[64], %y: f32[64], %z: f32[64]) -> f32[64] {\n  %0 = mul %x, %y : f32[64]\n  %1 = sub %0, %z : f32[64]\n  return %1\n}\n";
+    let all = kernels("mulsub", text);
+    assert_eq!(all.len(), 1, "one fused kernel");
+    let ptx = kiln_codegen::cuda::nvrtc::compile_ptx(&all[0].1, "compute_90")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(ptx.contains("mul.rn.f32"), "{ptx}");
+    assert!(!ptx.contains("fma.rn.f32"), "a contracted product:\n{ptx}");
+}

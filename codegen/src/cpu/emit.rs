@@ -513,6 +513,7 @@ impl Emitter<'_> {
             | Expr::Narrow(_) => {
                 unreachable!("handled by the caller")
             }
+            Expr::Round(..) => unreachable!("the cpu form has no half values (lower_kernel)"),
         }
     }
 

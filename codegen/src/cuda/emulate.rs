@@ -314,8 +314,10 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
     fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// The g++ flags of every compile (the precompiled shim must be built with the same).
-const FLAGS: [&str; 4] = ["-std=c++20", "-O1", "-pthread", "-w"];
+/// The g++ flags of every compile (the precompiled shim must be built with the same); no
+/// contraction of products and sums into fused multiply-adds, as NVRTC is told
+/// (`nvrtc::NVRTC_OPTIONS`).
+const FLAGS: [&str; 5] = ["-std=c++20", "-O1", "-pthread", "-w", "-ffp-contract=off"];
 
 /// A directory holding `shim.h` and its precompiled `shim.h.gch` (g++ reads the `.gch`
 /// instead of parsing `<thread>` and `<barrier>` again: ~0.5 s per kernel instead of ~2 s),

@@ -105,15 +105,22 @@ pub fn load_nvrtc() -> Result<(), NvrtcError> {
         .map_err(NvrtcError::Missing)
 }
 
-/// The PTX of `kernel` for `arch` (such as `compute_90`), compiled by NVRTC with precise
-/// math (no fast-math: kiln's results must match eager).
+/// NVRTC's options beside the architecture: precise math (no fast-math), and no contraction
+/// of a product and a sum into one fused multiply-add (`--fmad=false`). Eager rounds the
+/// product first; a contracted `x·y - max` is the product's rounding error, which `exp`
+/// turned into inf in a log_softmax on an H100 (fuzz_cuda_14003499). An explicit `fmaf` in
+/// kiln's own math routines stays one.
+const NVRTC_OPTIONS: [&str; 2] = ["--std=c++17", "--fmad=false"];
+
+/// The PTX of `kernel` for `arch` (such as `compute_90`), compiled by NVRTC with
+/// [`NVRTC_OPTIONS`] (kiln's results must match eager).
 pub fn compile_ptx(kernel: &CudaKernel, arch: &'static str) -> Result<String, NvrtcError> {
     load_nvrtc()?;
     let source = format!("{PRELUDE}{}", kernel.source);
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(arch),
         name: Some(format!("{}.cu", kernel.name)),
-        options: vec!["--std=c++17".to_string()],
+        options: NVRTC_OPTIONS.iter().map(|o| o.to_string()).collect(),
         ..Default::default()
     };
     match cudarc::nvrtc::compile_ptx_with_opts(&source, opts) {
@@ -178,7 +185,7 @@ pub fn compile_ptx_cached_in(
     use std::hash::{Hash, Hasher};
     let version = nvrtc_version()?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (PRELUDE, &kernel.source, arch, version, "--std=c++17").hash(&mut h);
+    (PRELUDE, &kernel.source, arch, version, NVRTC_OPTIONS).hash(&mut h);
     let file = dir.join(format!("{}-{:016x}.ptx", kernel.name, h.finish()));
     let (ptx, source) = super::ptx_cache::through_cache(&file, &kernel.name, next_id(), || {
         compile_ptx(kernel, arch)

@@ -223,6 +223,8 @@ impl Gen<'_> {
             Expr::Binary(op, p, q) => binary(*op, &x(p), &x(q)),
             Expr::Widen(a) => format!("((double){})", x(a)),
             Expr::Narrow(a) => format!("((float){})", x(a)),
+            Expr::Round(DType::BF16, a) => format!("kiln_bf2f(kiln_f2bf({}))", x(a)),
+            Expr::Round(_, a) => format!("kiln_h2f(kiln_f2h({}))", x(a)),
             Expr::Where(c, p, q) => format!("({} ? {} : {})", x(c), x(p), x(q)),
             Expr::BoolToF32(c) => format!("({} ? 1.0f : 0.0f)", x(c)),
             Expr::Reduce(..) => unreachable!("reductions are combined across the block"),

@@ -30,6 +30,7 @@ fn expr_text(nest: &LoopNest, e: &Expr) -> String {
         Expr::BoolToF32(x) => format!("to_f32 {}", v(x)),
         Expr::Widen(x) => format!("widen {}", v(x)),
         Expr::Narrow(x) => format!("narrow {}", v(x)),
+        Expr::Round(t, x) => format!("round_{t} {}", v(x)),
         Expr::Reduce(op, x) => format!("{} {} over inner", op.name(), v(x)),
     }
 }

@@ -15,7 +15,7 @@ use kiln_ir::infer::result_type;
 use kiln_ir::{
     Arg, ArgType, BinaryOp, DType, DTypeRule, Dim, Graph, NodeId, Op, ReduceOp, UnaryOp,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Why a kernel is not lowered to a loop nest (it then runs on the eager kernels).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -57,14 +57,20 @@ pub fn lower_kernel(body: &Graph) -> Result<LoopNest, Unsupported> {
 }
 
 /// [`lower_kernel`], also taking f16 and bf16 values (the CUDA backend's form): they are
-/// computed in f32 inside the nest (as Inductor does), read from half-precision buffers
-/// with an exact widening and written back rounded to nearest even, so a fused chain rounds
-/// once at its store instead of after every op as eager mode does (the difference is within
-/// the half types' tolerance).
+/// computed in f32 inside the nest, read from half-precision buffers with an exact widening
+/// and written back rounded to nearest even. As in eager mode, each op's half result is
+/// rounded to its type before another op uses it ([`Expr::Round`]), and a literal operand of
+/// a half op is the literal rounded to that type: Inductor keeps such chains in f32, which
+/// differs from eager wherever a value overflows the half type's range (f16 ends at 65504).
 pub fn lower_kernel_half(body: &Graph) -> Result<LoopNest, Unsupported> {
     let mut l = Lowering::new(body);
     l.half = true;
     l.run()
+}
+
+/// `dt` when it is a half type (f16 or bf16).
+fn half_type(dt: DType) -> Option<DType> {
+    matches!(dt, DType::F16 | DType::BF16).then_some(dt)
 }
 
 /// f32, or (with half-precision buffers allowed) f16 and bf16: values computed as f32.
@@ -159,6 +165,16 @@ impl<'g> Lowering<'g> {
             body.push(Stmt { expr, ty, row });
             body.len() - 1
         };
+        // values some op of the kernel reads (the others are only stored)
+        let used: HashSet<NodeId> = self
+            .g
+            .nodes()
+            .flat_map(|(_, n)| n.args.iter())
+            .filter_map(|a| match a {
+                Arg::Value(v) => Some(*v),
+                Arg::Scalar(_) => None,
+            })
+            .collect();
         for (id, node) in self.g.nodes() {
             let row = !varies(&id);
             let ty = match node.ty.dtype {
@@ -166,16 +182,19 @@ impl<'g> Lowering<'g> {
                 DType::F64 => ScalarType::F64,
                 _ => ScalarType::F32,
             };
-            // literals take the compute type of the op (f64 arithmetic on statistics)
+            // literals take the compute type of the op (f64 arithmetic on statistics), and
+            // the value eager converts them to (a half op's literal rounded to its type)
             let lit_ty = if ty == ScalarType::F64 {
                 ScalarType::F64
             } else {
                 ScalarType::F32
             };
+            let half = half_type(node.ty.dtype);
+            let literal = |v: f64| half.map_or(v, |h| h.round_f64(v));
             let operand = |body: &mut Vec<Stmt>, a: &Arg| -> ValueId {
                 match a {
                     Arg::Value(v) => value_of[v],
-                    Arg::Scalar(s) => push(body, Expr::Const(s.to_f64()), lit_ty, true),
+                    Arg::Scalar(s) => push(body, Expr::Const(literal(s.to_f64())), lit_ty, true),
                 }
             };
             let expr = match &node.op {
@@ -189,7 +208,7 @@ impl<'g> Lowering<'g> {
                     });
                     Expr::Load(buffers.len() - 1)
                 }
-                Op::Full { value, .. } => Expr::Const(value.to_f64()),
+                Op::Full { value, .. } => Expr::Const(literal(value.to_f64())),
                 Op::Unary(u) => Expr::Unary(*u, operand(&mut body, &node.args[0])),
                 Op::Binary(b) => {
                     let x = operand(&mut body, &node.args[0]);
@@ -210,6 +229,8 @@ impl<'g> Lowering<'g> {
                         Expr::Widen(x)
                     } else if ty == ScalarType::F32 && body[x].ty == ScalarType::F64 {
                         Expr::Narrow(x)
+                    } else if let Some(h) = half.filter(|_| used.contains(&id)) {
+                        Expr::Round(h, x)
                     } else {
                         // f32 to f32, or to a half type only stored (its store rounds);
                         // other casts are rejected by check_types
@@ -251,7 +272,17 @@ impl<'g> Lowering<'g> {
                 }
                 other => return self.fail(format!("`{}` has no loop form", other.name())),
             };
-            let v = push(&mut body, expr, ty, row);
+            let mut v = push(&mut body, expr, ty, row);
+            // a half result read by another op is first rounded to its type (loads and
+            // literals already hold such values; a store rounds by itself)
+            if let Some(h) = half.filter(|_| used.contains(&id)) {
+                if !matches!(
+                    body[v].expr,
+                    Expr::Load(_) | Expr::Const(_) | Expr::Round(..)
+                ) {
+                    v = push(&mut body, Expr::Round(h, v), ty, row);
+                }
+            }
             value_of.insert(id, v);
         }
         let mut stores = Vec::new();
@@ -368,18 +399,10 @@ impl<'g> Lowering<'g> {
                     _ => float(dt),
                 },
                 Op::Where => float(dt),
-                // a cast to a half type is the rounding its store does when the kernel only
-                // stores it (a decomposed f16 layer norm ends so); used inside the nest, it
-                // would need a rounding step of its own
+                // a cast to a half type is the rounding its store does, or (read inside the
+                // nest) a rounding step of its own
                 Op::Cast { dtype } => {
-                    *dtype == DType::F32
-                        || (self.half
-                            && matches!(dtype, DType::F16 | DType::BF16)
-                            && self.g.outputs().contains(&id)
-                            && !self
-                                .g
-                                .nodes()
-                                .any(|(_, u)| u.args.contains(&Arg::Value(id))))
+                    *dtype == DType::F32 || (self.half && half_type(*dtype).is_some())
                 }
                 _ => true,
             };

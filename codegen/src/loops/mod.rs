@@ -86,6 +86,10 @@ pub enum Expr {
     Widen(ValueId),
     /// an f64 value rounded to f32
     Narrow(ValueId),
+    /// an f32 value rounded to a half type (`.0` is f16 or bf16) and widened back: what a
+    /// store to a half buffer and a load from it give, so that a half value used inside
+    /// the nest is the one eager computes (its op's result rounded to the half type)
+    Round(DType, ValueId),
     /// the fold of a point value over the inner loop (sum, max or min); a row value
     Reduce(ReduceOp, ValueId),
 }

@@ -11,6 +11,7 @@ pub(crate) fn operands(e: &Expr) -> Vec<ValueId> {
         | Expr::BoolToF32(x)
         | Expr::Widen(x)
         | Expr::Narrow(x)
+        | Expr::Round(_, x)
         | Expr::Reduce(_, x) => vec![*x],
         Expr::Binary(_, x, y) => vec![*x, *y],
         Expr::Where(c, x, y) => vec![*c, *x, *y],
@@ -209,6 +210,7 @@ pub(crate) fn reuse_expensive(nest: &mut super::LoopNest) {
             Expr::BoolToF32(_) => Expr::BoolToF32(reload),
             Expr::Widen(_) => Expr::Widen(reload),
             Expr::Narrow(_) => Expr::Narrow(reload),
+            Expr::Round(t, _) => Expr::Round(t, reload),
             other => other,
         };
         nest.body[u].expr = expr;

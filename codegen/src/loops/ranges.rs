@@ -29,7 +29,7 @@ pub fn value_ranges(body: &[Stmt]) -> Vec<ValueRange> {
                 Expr::Const(c) => ValueRange::new(*c, *c, c.is_nan()),
                 Expr::InnerLen => ValueRange::new(0.0, f64::INFINITY, false),
                 Expr::BoolToF32(_) => ValueRange::new(0.0, 1.0, false),
-                Expr::Widen(_) | Expr::Narrow(_) => ValueRange::ANY,
+                Expr::Widen(_) | Expr::Narrow(_) | Expr::Round(..) => ValueRange::ANY,
                 Expr::Where(_, a, b) => ValueRange::hull(get(*a), get(*b)),
                 Expr::Reduce(op, x) => reduce(*op, get(*x)),
                 Expr::Unary(op, x) => unary(*op, get(*x)),

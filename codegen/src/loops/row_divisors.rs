@@ -97,6 +97,7 @@ fn rename(e: &mut Expr, new_id: &[ValueId]) {
         | Expr::BoolToF32(x)
         | Expr::Widen(x)
         | Expr::Narrow(x)
+        | Expr::Round(_, x)
         | Expr::Reduce(_, x) => *x = new_id[*x],
         Expr::Binary(_, x, y) => {
             *x = new_id[*x];
