@@ -677,10 +677,13 @@ fn layer_norm(
         let w = e.widen(w, dtype)?;
         y = e.mul(y, w)?;
     }
-    if let Some(&b) = args.get(2) {
-        let b = e.widen(b, dtype)?;
-        y = e.add(y, b)?;
-    }
+    // torch adds its default bias, +0, when none is given (an x equal to its row's mean,
+    // -0 included, normalises to +0)
+    let b = match args.get(2) {
+        Some(&b) => e.widen(b, dtype)?,
+        None => lit(0.0),
+    };
+    y = e.add(y, b)?;
     e.finish(y, node)
 }
 

@@ -361,6 +361,51 @@ fn norms_match_formulas() {
     assert!(s[2].is_nan() && s[3].is_nan());
 }
 
+/// The sign bits of a tensor's values (`true` for -0, -1, ...).
+fn signs(x: &CpuTensor) -> Vec<bool> {
+    x.to_f64_vec()
+        .iter()
+        .map(|v| v.is_sign_negative())
+        .collect()
+}
+
+#[test]
+fn zeros_carry_torchs_signs() {
+    // torch 2.15: layer_norm of [-0, -0] is +0 (its kernel adds the default bias, +0), -0
+    // again with weight 1 and bias -0; rms_norm has no bias and keeps -0
+    let z = t(&[-0.0, -0.0], &[1, 2], DType::F32);
+    let (one, nz) = (
+        t(&[1.0, 1.0], &[2], DType::F32),
+        t(&[-0.0, -0.0], &[2], DType::F32),
+    );
+    let ln = |args: &[&CpuTensor]| {
+        let eps = kiln_ir::F64::new(1e-5);
+        signs(&ex(Op::LayerNorm { ndim: 1, eps }, args))
+    };
+    assert_eq!(ln(&[&z]), [false, false]);
+    assert_eq!(ln(&[&z, &one]), [false, false]);
+    assert_eq!(ln(&[&z, &one, &nz]), [true, true]);
+    let eps = kiln_ir::F64::new(1e-6);
+    assert_eq!(
+        signs(&ex(Op::RmsNorm { ndim: 1, eps }, &[&z])),
+        [true, true]
+    );
+    // a product with k = 1 is summed from +0, as for k = 2 (torch's bmm and f16 products)
+    for dt in [DType::F32, DType::F64, DType::F16] {
+        let col = ex(
+            Op::Cast { dtype: dt },
+            &[&t(&[1.0, 1.0], &[2, 1], DType::F32)],
+        );
+        let row = ex(Op::Cast { dtype: dt }, &[&z]);
+        assert_eq!(
+            signs(&ex(Op::Matmul, &[&col, &row])),
+            [false; 4],
+            "{dt} k = 1"
+        );
+        assert_eq!(signs(&ex(Op::Matmul, &[&row, &col])), [false], "{dt} k = 2");
+    }
+}
+
 #[test]
 fn matmul_shapes_and_values() {
     let a = t(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], DType::F32);

@@ -108,8 +108,8 @@ pub(crate) fn var(x: &Value, dims: &[i64], correction: i64, out: &Out) -> Value 
     let dims = reduced_dims(dims, x.shape.len());
     per_group(x, &dims, out, |s| {
         let n = s.len() as f64;
-        let mean = s.iter().sum::<f64>() / n;
-        let m2: f64 = s.iter().map(|v| (v - mean) * (v - mean)).sum();
+        let mean = s.iter().fold(0.0, |a, b| a + b) / n;
+        let m2 = s.iter().fold(0.0, |a, v| a + (v - mean) * (v - mean));
         m2 / (n - correction as f64).max(0.0)
     })
 }
@@ -161,7 +161,9 @@ fn block(x: &Value, ndim: usize) -> usize {
     numel(&x.shape[x.shape.len() - ndim..])
 }
 
-/// `(x - mean) / sqrt(var + eps) * w + b` over the last `ndim` dims (biased variance).
+/// `(x - mean) / sqrt(var + eps) * w + b` over the last `ndim` dims (biased variance),
+/// sums from +0, and without a bias `+ 0` (torch's kernel adds its default bias, so an x
+/// equal to its row's mean, -0 included, normalises to +0).
 pub(crate) fn layer_norm(
     args: &[Operand<'_>],
     ndim: usize,
@@ -173,17 +175,15 @@ pub(crate) fn layer_norm(
     let n = block(x, ndim);
     let mut data = Vec::with_capacity(x.data.len());
     for g in x.data.chunks(n.max(1)) {
-        let mean = g.iter().sum::<f64>() / n as f64;
-        let var = g.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
+        let mean = g.iter().fold(0.0, |a, b| a + b) / n as f64;
+        let var = g.iter().fold(0.0, |a, v| a + (v - mean) * (v - mean)) / n as f64;
         let den = (var + eps).sqrt();
         for (j, &v) in g.iter().enumerate() {
             let mut y = (v - mean) / den;
             if let Some(w) = w {
                 y *= w.data[j];
             }
-            if let Some(b) = b {
-                y += b.data[j];
-            }
+            y += b.map_or(0.0, |b| b.data[j]);
             data.push(y);
         }
     }
@@ -202,7 +202,7 @@ pub(crate) fn rms_norm(
     let n = block(x, ndim);
     let mut data = Vec::with_capacity(x.data.len());
     for g in x.data.chunks(n.max(1)) {
-        let den = (g.iter().map(|v| v * v).sum::<f64>() / n as f64 + eps).sqrt();
+        let den = (g.iter().fold(0.0, |a, v| a + v * v) / n as f64 + eps).sqrt();
         for (j, &v) in g.iter().enumerate() {
             let y = v / den;
             data.push(w.map_or(y, |w| y * w.data[j]));

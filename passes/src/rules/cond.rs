@@ -46,6 +46,29 @@ pub fn is_value(c: &str, v: f64) -> Cond {
     Box::new(move |eg, _, s| value_is(eg, s[c], v))
 }
 
+/// `?c` is a zero that leaves a float `?x` as it is when added (`negative`: only -0 does,
+/// since -0 + +0 is +0) or subtracted (not `negative`: +0, an integer 0 included); for an
+/// integer or bool `?x`, any zero.
+pub fn is_neutral_zero(c: &str, x: &str, negative: bool) -> Cond {
+    let (c, x) = (var(c), var(x));
+    Box::new(move |eg, _, s| {
+        if !value_is(eg, s[c], 0.0) {
+            return false;
+        }
+        let float_x = eg[s[x]].data.ty().is_some_and(|t| t.dtype.is_float());
+        let known = match &eg[s[c]].data {
+            ClassData::Scalar(v) => Some(*v),
+            ClassData::Tensor { konst, .. } => *konst,
+        };
+        !float_x
+            || match known {
+                Some(Scalar::Float(f)) => f.is_sign_negative() == negative,
+                Some(Scalar::Int(_)) => !negative,
+                _ => false,
+            }
+    })
+}
+
 /// `?x` has the matched class's type, so the class may be `?x` itself.
 pub fn keeps_type(x: &str) -> Cond {
     let x = var(x);

@@ -22,12 +22,20 @@ const PAR_FLOPS: usize = 1 << 18;
 /// Element types `gemm` multiplies natively.
 trait GemmT: Kern {
     const ONE: Self;
+    /// `+0 + a·b`: a lone product summed from +0, so a -0 product is +0.
+    fn product_from_zero(a: Self, b: Self) -> Self;
 }
 impl GemmT for f32 {
     const ONE: f32 = 1.0;
+    fn product_from_zero(a: f32, b: f32) -> f32 {
+        0.0 + a * b
+    }
 }
 impl GemmT for f64 {
     const ONE: f64 = 1.0;
+    fn product_from_zero(a: f64, b: f64) -> f64 {
+        0.0 + a * b
+    }
 }
 
 /// A matrix operand: base pointer plus row and column strides in elements.
@@ -75,6 +83,18 @@ unsafe fn gemm_into<T: GemmT>(
                     dst.offset(i as isize * dst_rs + j as isize)
                         .write(T::default());
                 }
+            }
+        }
+        return;
+    }
+    if k == 1 && !accumulate {
+        // gemm writes a lone product as it is (-0 · 1 stays -0), where sums from +0 give +0:
+        // gemm's own for k > 1, the interpreter's, torch's bmm and half-precision products
+        for i in 0..m as isize {
+            let x = *a.ptr.offset(i * a.rs);
+            for j in 0..n as isize {
+                let y = *b.ptr.offset(j * b.cs);
+                dst.offset(i * dst_rs + j).write(T::product_from_zero(x, y));
             }
         }
         return;

@@ -219,15 +219,19 @@ fn norm_typed<T: FloatKern>(
                 (mean, 1.0 / (var + eps).sqrt())
             };
             let y = |v: T| (v.to_f64() - shift) * scale;
+            // x + -0 is x itself, -0 included: the rms norm's missing bias
+            let zero = if rms { -0.0 } else { 0.0 };
             match (wd, bd) {
                 (Some(w), Some(b)) => {
                     for (((o, &v), &w), &b) in orow.iter_mut().zip(src).zip(w).zip(b) {
                         o.write(T::from_f64(y(v) * w.to_f64() + b.to_f64()));
                     }
                 }
+                // torch's layer norm adds its default bias, +0 (so -0 becomes +0); an rms
+                // norm has no bias
                 (Some(w), None) => {
                     for ((o, &v), &w) in orow.iter_mut().zip(src).zip(w) {
-                        o.write(T::from_f64(y(v) * w.to_f64()));
+                        o.write(T::from_f64(y(v) * w.to_f64() + zero));
                     }
                 }
                 (None, Some(b)) => {
@@ -237,7 +241,7 @@ fn norm_typed<T: FloatKern>(
                 }
                 (None, None) => {
                     for (o, &v) in orow.iter_mut().zip(src) {
-                        o.write(T::from_f64(y(v)));
+                        o.write(T::from_f64(y(v) + zero));
                     }
                 }
             }
