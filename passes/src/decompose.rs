@@ -67,8 +67,9 @@
 //! values do not overflow their squares. The loop nests keep such `f64` values in
 //! registers; `Fused::keep_f64_in_kernels` moves the casts so that no kernel stores one.
 //!
-//! [`DecomposeOptions::f64_reductions`] widens the `f32` composites that reduce (`mean`,
-//! `var`, `layer_norm`, `rms_norm`) to `f64` too: their `f32` operands are cast up, the
+//! [`DecomposeOptions::f64_reductions`] widens the `f32` composites `mean` and `var` to
+//! `f64` too (not the norms: eager, like torch, computes their normalised values in the
+//! compute type op by op, as their decomposition does): their `f32` operands are cast up, the
 //! composite decomposes as an `f64` one, and the result is cast back. Programs run one
 //! kernel per op (fusion off) want it: there every intermediate is stored in its dtype, so
 //! in `f32` a row sum is rounded before the division by `n` (the mean of a constant row can
@@ -207,8 +208,8 @@ pub fn renders_primitives(op: &Op) -> bool {
 /// How [`decompose_with`] decomposes.
 #[derive(Clone, Copy, Debug)]
 pub struct DecomposeOptions {
-    /// compute `f32` `mean`, `var`, `layer_norm` and `rms_norm` in `f64` (see the module
-    /// docs: for programs run one kernel per op)
+    /// compute `f32` `mean` and `var` in `f64` (see the module docs: for programs run one
+    /// kernel per op)
     pub f64_reductions: bool,
     /// the composite ops the target backend renders natively (kept whole)
     pub renders: Renders,
@@ -256,11 +257,11 @@ pub fn decompose_with(g: &Graph, opts: &DecomposeOptions) -> Result<Graph, PassE
                 s => Ok(*s),
             })
             .collect::<Result<Vec<Arg>, PassError>>()?;
+        // not the norms: eager computes their normalised values op by op in the compute
+        // type, as their decomposition does (and torch)
         let reduces = matches!(
             node.op,
-            Op::LayerNorm { .. }
-                | Op::RmsNorm { .. }
-                | Op::Var { .. }
+            Op::Var { .. }
                 | Op::Reduce {
                     op: ReduceOp::Mean,
                     ..

@@ -1161,10 +1161,10 @@ fn decompose_f64(g: &Graph) -> Graph {
 }
 
 #[test]
-fn snapshot_layer_norm_in_f64() {
+fn snapshot_var_in_f64() {
     let g = parse_graph(
-        "graph @ln(%x: f32[2,16], %w: f32[16], %b: f32[16]) -> f32[2,16] {
-  %0 = layer_norm %x, %w, %b {ndim = 1, eps = 1e-5} : f32[2,16]
+        "graph @v(%x: f32[2,16]) -> f32[2,1] {
+  %0 = var %x {dims = [-1], correction = 1, keepdim = true} : f32[2,1]
   return %0
 }",
     )
@@ -1175,9 +1175,10 @@ fn snapshot_layer_norm_in_f64() {
 }
 
 #[test]
-fn f64_reductions_widen_only_f32_means_variances_and_norms() {
-    // f32 mean, var, layer_norm and rms_norm compute in f64; softmax stays f32; f16 norms
-    // compute in f32 as without the option; f64 ones are unchanged
+fn f64_reductions_widen_only_f32_means_and_variances() {
+    // f32 mean and var compute in f64; norms and softmax decompose as without the option
+    // (eager computes a norm's values in the compute type too); f16 and f64 ones are
+    // unchanged
     let widened = [
         Op::Reduce {
             op: ReduceOp::Mean,
@@ -1189,14 +1190,6 @@ fn f64_reductions_widen_only_f32_means_variances_and_norms() {
             dims: vec![-1],
             correction: 1,
             keepdim: true,
-        },
-        Op::LayerNorm {
-            ndim: 1,
-            eps: kiln_ir::F64::new(1e-5),
-        },
-        Op::RmsNorm {
-            ndim: 1,
-            eps: kiln_ir::F64::new(1e-6),
         },
     ];
     for op in widened {
@@ -1215,11 +1208,25 @@ fn f64_reductions_widen_only_f32_means_variances_and_norms() {
             );
         }
     }
-    let g = single(Op::Softmax { dim: -1 }, &[tt(DType::F32, "3,8")]);
-    assert_eq!(
-        print_graph(&decompose_f64(&g)),
-        print_graph(&decompose(&g).unwrap())
-    );
+    let kept = [
+        Op::Softmax { dim: -1 },
+        Op::LayerNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(1e-5),
+        },
+        Op::RmsNorm {
+            ndim: 1,
+            eps: kiln_ir::F64::new(1e-6),
+        },
+    ];
+    for op in kept {
+        let g = single(op.clone(), &[tt(DType::F32, "3,8")]);
+        assert_eq!(
+            print_graph(&decompose_f64(&g)),
+            print_graph(&decompose(&g).unwrap()),
+            "{op}"
+        );
+    }
 }
 
 #[test]

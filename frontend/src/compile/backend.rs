@@ -334,9 +334,9 @@ fn schedule_for(
     // a rule name that does not exist is the caller's mistake, whether or not fusion runs
     kiln_passes::rules::select(options.fast_math, &options.disabled_rules)
         .map_err(|e| BuildError::Invalid(e.to_string()))?;
-    // one kernel per op stores every intermediate in its dtype: f32 means, variances and
-    // norms then decompose wholly in f64, as eager computes them (fused kernels keep the
-    // graph's f64 statistics in registers)
+    // one kernel per op stores every intermediate in its dtype: f32 means and variances
+    // then decompose wholly in f64, as eager computes them (fused kernels keep the graph's
+    // f64 statistics in registers; norms decompose as eager computes them either way)
     let passes: &[&str] = if fusion {
         &["decompose", "fuse"]
     } else {

@@ -210,43 +210,61 @@ fn norm_typed<T: FloatKern>(
     Storage::build::<T>(numel, |out| {
         per_slab(out, row, |o, orow| {
             let src = &data[o * row..][..row];
-            let (shift, scale) = if rms {
-                let ms = sum8(src, |v| v * v) / row as f64;
-                (0.0, 1.0 / (ms + eps).sqrt())
-            } else {
-                let mean = sum8(src, |v| v) / row as f64;
-                let var = sum8(src, |v| (v - mean) * (v - mean)) / row as f64;
-                (mean, 1.0 / (var + eps).sqrt())
-            };
-            let y = |v: T| (v.to_f64() - shift) * scale;
-            // x + -0 is x itself, -0 included: the rms norm's missing bias
-            let zero = if rms { -0.0 } else { 0.0 };
+            let (shift, scale) = norm_stats::<T>(src, eps, rms);
+            let centred = |v: T| (v.up() - shift) * scale;
+            // torch's layer norm adds its default bias, +0 (so -0 becomes +0); an rms norm
+            // has no bias, and x + -0 is x itself
+            let zero = <T::C as CFloat>::of(if rms { -0.0 } else { 0.0 });
             match (wd, bd) {
                 (Some(w), Some(b)) => {
                     for (((o, &v), &w), &b) in orow.iter_mut().zip(src).zip(w).zip(b) {
-                        o.write(T::from_f64(y(v) * w.to_f64() + b.to_f64()));
+                        o.write(T::down(centred(v) * w.up() + b.up()));
                     }
                 }
-                // torch's layer norm adds its default bias, +0 (so -0 becomes +0); an rms
-                // norm has no bias
                 (Some(w), None) => {
                     for ((o, &v), &w) in orow.iter_mut().zip(src).zip(w) {
-                        o.write(T::from_f64(y(v) * w.to_f64() + zero));
+                        o.write(T::down(centred(v) * w.up() + zero));
                     }
                 }
                 (None, Some(b)) => {
                     for ((o, &v), &b) in orow.iter_mut().zip(src).zip(b) {
-                        o.write(T::from_f64(y(v) + b.to_f64()));
+                        o.write(T::down(centred(v) + b.up()));
                     }
                 }
                 (None, None) => {
                     for (o, &v) in orow.iter_mut().zip(src) {
-                        o.write(T::from_f64(y(v) + zero));
+                        o.write(T::down(centred(v) + zero));
                     }
                 }
             }
         })
     })
+}
+
+/// A row's shift (its mean, 0 for an rms norm) and scale (the reciprocal root), each
+/// computed in f64 and rounded once to the compute type, where the normalised values are
+/// then computed and rounded op by op: `(x - mean) · scale`, `· w`, `+ b`. So the values
+/// are the decomposition's (which every backend compiles) and torch's precision (it
+/// computes an f32 norm in f32); the variance is of the centred values `x - mean` as the
+/// compute type holds them.
+fn norm_stats<T: FloatKern>(src: &[T], eps: f64, rms: bool) -> (T::C, T::C) {
+    let n = src.len() as f64;
+    let shift = if rms {
+        <T::C as CFloat>::ZERO
+    } else {
+        <T::C as CFloat>::of(sum8(src, |v| v) / n)
+    };
+    let ms = if rms {
+        sum8(src, |v| v * v) / n
+    } else {
+        sum8(src, |v| {
+            // v - shift in the compute type (v is exact there), squared in f64 (exact,
+            // finite)
+            let c = (<T::C as CFloat>::of(v) - shift).f64();
+            c * c
+        }) / n
+    };
+    (shift, <T::C as CFloat>::of(1.0 / (ms + eps).sqrt()))
 }
 
 /// Σ f(x) over a row in f64 with 8 independent accumulators.
