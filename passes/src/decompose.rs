@@ -918,9 +918,11 @@ fn lit_for(dtype: DType, v: f64) -> Result<Arg, PassError> {
 }
 
 /// `minimum(maximum(x, lo), hi)` in `x`'s dtype.
+/// `minimum(hi, maximum(lo, x))`: the bounds first, so that an `x` equal to one is kept
+/// (`maximum` and `minimum` give their second operand on ties, as in PyTorch).
 fn clamp_between(e: &mut Emit<'_>, x: Arg, lo: Arg, hi: Arg) -> Result<Arg, PassError> {
-    let m = e.binary(BinaryOp::Maximum, x, lo)?;
-    e.binary(BinaryOp::Minimum, m, hi)
+    let m = e.binary(BinaryOp::Maximum, lo, x)?;
+    e.binary(BinaryOp::Minimum, hi, m)
 }
 
 fn clamp(

@@ -543,11 +543,11 @@ fn unary(op: UnaryOp, x: &str) -> String {
         UnaryOp::Isnan => format!("kiln_isnan({x})"),
         UnaryOp::Isinf => format!("kiln_isinf({x})"),
         UnaryOp::LogicalNot | UnaryOp::BitwiseNot => format!("(!{x})"),
-        UnaryOp::Relu6 => format!("kiln_min(kiln_max({x}, 0.0f), 6.0f)"),
+        UnaryOp::Relu6 => format!("kiln_min(6.0f, kiln_max(0.0f, {x}))"),
         // the gate `relu6(x + 3) / 6` is in [0, 1]: multiplied last, the product overflows
         // only where the result does (as the decomposition and eager compute it)
         UnaryOp::Hardswish => {
-            format!("({x} * (kiln_min(kiln_max({x} + 3.0f, 0.0f), 6.0f) / 6.0f))")
+            format!("({x} * (kiln_min(6.0f, kiln_max(0.0f, {x} + 3.0f)) / 6.0f))")
         }
         UnaryOp::Mish => format!("({x} * tanhf({x} > 20.0f ? {x} : log1pf(expf({x}))))"),
     }

@@ -211,7 +211,8 @@ pub struct OpInfo {
     pub domain: &'static [Domain],
     /// its f64 reference
     pub reference: Reference,
-    /// true when swapping its two operands gives the same result (`add`, `maximum`, ...)
+    /// true when swapping its two operands gives the same result, signs of zero included
+    /// (`add`, `mul`; not `maximum`, whose ties give its second operand)
     pub commutative: bool,
     /// how gradients flow through it (`derivative.rs`)
     pub derivative: super::derivative::Derivative,

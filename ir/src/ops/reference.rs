@@ -4,12 +4,13 @@
 
 use crate::Op;
 
-/// `max(x, 0)`, NaN kept.
+/// `max(x, 0)`, NaN kept; `x` itself where it is not below 0, so `relu(-0) = -0` as in
+/// PyTorch.
 pub fn relu(x: f64) -> f64 {
-    if x > 0.0 || x.is_nan() {
-        x
-    } else {
+    if x < 0.0 {
         0.0
+    } else {
+        x
     }
 }
 
@@ -35,28 +36,34 @@ pub fn silu(x: f64) -> f64 {
     x / (1.0 + (-x).exp())
 }
 
-/// `maximum(a, b)`: NaN propagates.
+/// `maximum(a, b)`: NaN propagates, and equal operands give `b` (`maximum(0, -0) = -0`),
+/// as PyTorch's vectorised loop gives them (its scalar loop gives `a`).
 pub fn maximum(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
+    } else if a > b {
+        a
     } else {
-        a.max(b)
+        b
     }
 }
 
-/// `minimum(a, b)`: NaN propagates.
+/// `minimum(a, b)`: NaN propagates, and equal operands give `b`, as in PyTorch.
 pub fn minimum(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
+    } else if a < b {
+        a
     } else {
-        a.min(b)
+        b
     }
 }
 
-/// `clamp(x, lo, hi) = minimum(maximum(x, lo), hi)`: NaN propagates from any operand, and
-/// `lo > hi` gives `hi`, as in PyTorch.
+/// `clamp(x, lo, hi) = minimum(hi, maximum(lo, x))`: NaN propagates from any operand,
+/// `lo > hi` gives `hi`, and an `x` equal to a bound is kept (`clamp(-0, 0, 6) = -0`), as
+/// in PyTorch.
 pub fn clamp(x: f64, lo: f64, hi: f64) -> f64 {
-    minimum(maximum(x, lo), hi)
+    minimum(hi, maximum(lo, x))
 }
 
 /// `sign(x)` in {-1, 0, 1}; `sign(NaN) = 0` as PyTorch gives it.

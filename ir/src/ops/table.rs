@@ -119,9 +119,9 @@ define_family! {
         /// `a ^ b`
         Pow => OpInfo { name: "pow", aliases: &[], kind: Pointwise, arity: TWO, dtype: DTypeRule::Numeric, composite: false, smooth: true, cost: Libm, range: Range::Binary(r::any2), domain: &[Positive, Small], reference: Ref::Binary(f64::powf), commutative: false, derivative: D::Rule(db::pow) },
         /// elementwise max (NaN propagates)
-        Maximum => OpInfo { name: "maximum", aliases: &["clamp_min"], kind: Pointwise, arity: TWO, dtype: DTypeRule::Any, composite: false, smooth: false, cost: Trivial, range: Range::Binary(r::maximum), domain: &[Real, Real], reference: Ref::Binary(f::maximum), commutative: true, derivative: D::Rule(db::maximum) },
+        Maximum => OpInfo { name: "maximum", aliases: &["clamp_min"], kind: Pointwise, arity: TWO, dtype: DTypeRule::Any, composite: false, smooth: false, cost: Trivial, range: Range::Binary(r::maximum), domain: &[Real, Real], reference: Ref::Binary(f::maximum), commutative: false, derivative: D::Rule(db::maximum) },
         /// elementwise min (NaN propagates)
-        Minimum => OpInfo { name: "minimum", aliases: &["clamp_max"], kind: Pointwise, arity: TWO, dtype: DTypeRule::Any, composite: false, smooth: false, cost: Trivial, range: Range::Binary(r::minimum), domain: &[Real, Real], reference: Ref::Binary(f::minimum), commutative: true, derivative: D::Rule(db::minimum) },
+        Minimum => OpInfo { name: "minimum", aliases: &["clamp_max"], kind: Pointwise, arity: TWO, dtype: DTypeRule::Any, composite: false, smooth: false, cost: Trivial, range: Range::Binary(r::minimum), domain: &[Real, Real], reference: Ref::Binary(f::minimum), commutative: false, derivative: D::Rule(db::minimum) },
         /// `a == b` (bool)
         Eq => OpInfo { name: "eq", aliases: &[], kind: Pointwise, arity: TWO, dtype: DTypeRule::Bool, composite: false, smooth: false, cost: Trivial, range: Range::NotFloat, domain: &[Real, Real], reference: Ref::Binary(|a, b| (a == b) as u8 as f64), commutative: true, derivative: D::NonDifferentiable },
         /// `a != b` (bool)

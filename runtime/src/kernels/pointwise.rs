@@ -176,7 +176,7 @@ fn float_unary<T: FloatKern>(op: UnaryOp, x: &CpuTensor) -> CpuTensor {
         Tanh => go!(g, |v| v.fast_tanh()),
         Erf => go!(g, |v| v.erf()),
         Sigmoid => go!(g, |v| one / (one + (-v).exp())),
-        Relu => go!(g, |v| if v > zero || v.is_nan() { v } else { zero }),
+        Relu => go!(g, |v| if v < zero { zero } else { v }),
         Gelu => go!(g, |v| <T::C as CFloat>::of(gelu_f64(v.f64()))),
         GeluTanh => go!(g, |v| <T::C as CFloat>::of(gelu_tanh_f64(v.f64()))),
         Silu => go!(g, |v| v / (one + (-v).exp())),
@@ -238,13 +238,14 @@ pub(crate) fn unary_attrs(op: &Op, x: &CpuTensor, out: DType) -> CpuTensor {
     with_dtype!(out, T => map1::<T, T>(&x, GRAIN_COSTLY, |a: T| T::from_f64(f(op, a.to_f64()))))
 }
 
-/// `clamp(x, lo, hi) = minimum(maximum(x, lo), hi)` in `out`, broadcasting.
+/// `clamp(x, lo, hi) = minimum(hi, maximum(lo, x))` in `out`, broadcasting: the bounds
+/// come first, so an `x` equal to one is kept (`maximum` gives its second operand on ties).
 pub(crate) fn clamp(args: &[EagerArg<'_>], out: DType, shape: &[usize]) -> CpuTensor {
-    let lower = binary_in(BinaryOp::Maximum, &args[0], &args[1], out, shape);
+    let lower = binary_in(BinaryOp::Maximum, &args[1], &args[0], out, shape);
     binary_in(
         BinaryOp::Minimum,
-        &EagerArg::Tensor(&lower),
         &args[2],
+        &EagerArg::Tensor(&lower),
         out,
         shape,
     )

@@ -1,0 +1,94 @@
+//! The clamping activations keep an `x` equal to a bound, so a -0 input stays -0, as torch
+//! 2.15 computes them (`relu(-0)`, `relu6(-0)`, `hardtanh(-0, 0, 1)`, `clamp(-0, min=0)`
+//! are -0). `maximum`/`minimum` give their second operand on ties (`maximum(0, -0)` is
+//! -0), as torch's vectorised loop does; its scalar loop (tensors under 16 elements, and
+//! tails) gives the first, so torch itself does not settle it. Eager, the interpreter, the
+//! cpu backend (fused and unfused) and the cuda backend (on the emulated device) agree to
+//! the bit, NaN as NaN.
+
+use kiln::graph_exec::replay;
+use kiln::ir::text::parse_module;
+use kiln::{compile_with, Backend, CompileOptions, Tensor};
+
+const G: &str = "graph @g(%x: f32[8], %y: f32[8]) -> (f32[8], f32[8], f32[8], f32[8], f32[8], f32[8], f32[8], f32[8]) {
+  %0 = relu %x : f32[8]
+  %1 = relu6 %x : f32[8]
+  %2 = hardtanh %x {min_val = 0.0, max_val = 1.0} : f32[8]
+  %3 = clamp %x, 0.0, 6.0 : f32[8]
+  %4 = clamp %x, -1.0, 0.0 : f32[8]
+  %5 = maximum %x, %y : f32[8]
+  %6 = minimum %x, %y : f32[8]
+  %7 = div 1.0, %0 : f32[8]
+  return %0, %1, %2, %3, %4, %5, %6, %7
+}
+";
+
+/// The bits of each element as f32, every NaN as one value (its payload is not compared).
+fn bits(t: &Tensor) -> Vec<u32> {
+    f(&t.to_vec_f64()
+        .unwrap()
+        .iter()
+        .map(|v| *v as f32)
+        .collect::<Vec<_>>())
+}
+
+fn f(v: &[f32]) -> Vec<u32> {
+    v.iter()
+        .map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() })
+        .collect()
+}
+
+#[test]
+fn clamps_keep_a_bound_equal_x_and_ties_give_the_second_operand() {
+    if std::env::var_os("KILN_CUDA_DEVICE").is_none() {
+        std::env::set_var("KILN_CUDA_DEVICE", "emulated");
+    }
+    let g = parse_module(G).unwrap().remove(0);
+    let nan = f32::NAN;
+    let x = vec![-0.0f32, 0.0, -0.0, 0.0, -2.0, 7.0, nan, 1.0];
+    let y = vec![0.0f32, -0.0, -0.0, 0.0, 5.0, 3.0, 1.0, nan];
+    let xs = vec![
+        Tensor::from_vec(x, &[8]).unwrap(),
+        Tensor::from_vec(y, &[8]).unwrap(),
+    ];
+    let eager = replay(&g, &xs).unwrap();
+    // torch 2.15 on the same values (maximum and minimum: its vectorised loop's)
+    let want = [
+        f(&[-0.0, 0.0, -0.0, 0.0, 0.0, 7.0, nan, 1.0]),
+        f(&[-0.0, 0.0, -0.0, 0.0, 0.0, 6.0, nan, 1.0]),
+        f(&[-0.0, 0.0, -0.0, 0.0, 0.0, 1.0, nan, 1.0]),
+        f(&[-0.0, 0.0, -0.0, 0.0, 0.0, 6.0, nan, 1.0]),
+        f(&[-0.0, 0.0, -0.0, 0.0, -1.0, 0.0, nan, 0.0]),
+        f(&[0.0, -0.0, -0.0, 0.0, 5.0, 7.0, nan, nan]),
+        f(&[0.0, -0.0, -0.0, 0.0, -2.0, 3.0, nan, nan]),
+        f(&[
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::INFINITY,
+            1.0 / 7.0,
+            nan,
+            1.0,
+        ]),
+    ];
+    for (i, (e, w)) in eager.iter().zip(&want).enumerate() {
+        assert_eq!(&bits(e), w, "eager output {i}");
+    }
+    for opts in [
+        CompileOptions::default().backend(Backend::Cpu),
+        CompileOptions::default()
+            .backend(Backend::Cpu)
+            .fusion(false),
+        CompileOptions::default().backend(Backend::Interp),
+        CompileOptions::default().backend(Backend::Cuda),
+    ] {
+        let what = format!("{opts:?}");
+        let graph = g.clone();
+        let f = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
+        let got = f.call(&xs).unwrap();
+        for (i, (c, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(&bits(c), w, "output {i}: {what}");
+        }
+    }
+}
