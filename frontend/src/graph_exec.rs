@@ -65,7 +65,26 @@ pub fn replay(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     run_nodes(g, inputs, true)
 }
 
+/// Like [`replay`], calling `before` with each node's id (not the inputs') before it runs: the
+/// fuzzer sets the rounding noise of the node's dtype there.
+pub(crate) fn replay_with(
+    g: &Graph,
+    inputs: &[Tensor],
+    before: &mut dyn FnMut(kiln_ir::NodeId),
+) -> Result<Vec<Tensor>> {
+    run_nodes_with(g, inputs, true, before)
+}
+
 fn run_nodes(g: &Graph, inputs: &[Tensor], traceable: bool) -> Result<Vec<Tensor>> {
+    run_nodes_with(g, inputs, traceable, &mut |_| {})
+}
+
+fn run_nodes_with(
+    g: &Graph,
+    inputs: &[Tensor],
+    traceable: bool,
+    before: &mut dyn FnMut(kiln_ir::NodeId),
+) -> Result<Vec<Tensor>> {
     let bound = bind_inputs(g, inputs)?;
     let lookup = |s: &str| bound.get(s).copied();
     let mut values: HashMap<kiln_ir::NodeId, Tensor> = HashMap::new();
@@ -91,6 +110,7 @@ fn run_nodes(g: &Graph, inputs: &[Tensor], traceable: bool) -> Result<Vec<Tensor
                 format!("symbolic dim `{s}` is not bound by any input"),
             )
         })?;
+        before(id);
         let out = if traceable {
             Tensor::apply(&op, &args)?
         } else {

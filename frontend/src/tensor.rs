@@ -109,8 +109,12 @@ impl Tensor {
                 Operand::Scalar(s) => EagerArg::Scalar(*s),
             });
         }
-        let out = Tensor::from_cpu(execute(op, &eager)?);
-        Ok(crate::autograd::record(op, args, out))
+        let out = if crate::fuzz::noise::active() {
+            crate::fuzz::noise::execute_perturbed(op, &eager, execute)?
+        } else {
+            execute(op, &eager)?
+        };
+        Ok(crate::autograd::record(op, args, Tensor::from_cpu(out)))
     }
 
     /// Applies `op` with `self` as the only operand.

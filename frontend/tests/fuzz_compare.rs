@@ -37,6 +37,16 @@ fn a_graph_widens_to_f64_types_casts_and_attributes() {
     let wh = widened(&h).unwrap();
     let dtypes: Vec<DType> = wh.nodes().map(|(_, n)| n.ty.dtype).collect();
     assert_eq!(dtypes, [DType::I32, DType::F64], "{wh}");
+    // an op that promotes a bool to the default float computes on the bool cast to f64
+    let m = graph(
+        "graph @m(%x: f32[3]) -> f32[3] {\n  %0 = gt %x, 0.0 : bool[3]\n  %1 = mish %0 : f32[3]\n  %2 = add %1, %x : f32[3]\n  return %2\n}",
+    );
+    let wm = widened(&m).unwrap();
+    let text = wm.to_string();
+    assert!(
+        text.contains("cast %0 {dtype = f64}") && !text.contains("f32"),
+        "{text}"
+    );
 }
 
 #[test]

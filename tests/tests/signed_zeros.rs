@@ -92,3 +92,43 @@ fn clamps_keep_a_bound_equal_x_and_ties_give_the_second_operand() {
         }
     }
 }
+
+#[test]
+fn a_product_with_k_1_of_transposed_operands_is_summed_from_plus_zero() {
+    if std::env::var_os("KILN_CUDA_DEVICE").is_none() {
+        std::env::set_var("KILN_CUDA_DEVICE", "emulated");
+    }
+    // both operands are transposed views: non-contiguous, k = 1
+    let g = parse_module(
+        "graph @m(%a: f32[1,3], %b: f32[2,1]) -> f32[3,2] {
+  %0 = transpose %a {dim0 = 0, dim1 = 1} : f32[3,1]
+  %1 = transpose %b {dim0 = 0, dim1 = 1} : f32[1,2]
+  %2 = matmul %0, %1 : f32[3,2]
+  return %2
+}
+",
+    )
+    .unwrap()
+    .remove(0);
+    let xs = vec![
+        Tensor::from_vec(vec![1.0f32, -1.0, 0.0], &[1, 3]).unwrap(),
+        Tensor::from_vec(vec![-0.0f32, 2.0], &[2, 1]).unwrap(),
+    ];
+    // torch 2.15's bmm (and kiln's k > 1 sums) start from +0; its f32 `mm` writes -0 · 1
+    // as it is: kiln follows bmm
+    let want = f(&[0.0, 2.0, 0.0, -2.0, 0.0, 0.0]);
+    assert_eq!(bits(&replay(&g, &xs).unwrap()[0]), want, "eager");
+    for opts in [
+        CompileOptions::default().backend(Backend::Cpu),
+        CompileOptions::default()
+            .backend(Backend::Cpu)
+            .fusion(false),
+        CompileOptions::default().backend(Backend::Interp),
+        CompileOptions::default().backend(Backend::Cuda),
+    ] {
+        let what = format!("{opts:?}");
+        let graph = g.clone();
+        let c = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
+        assert_eq!(bits(&c.call(&xs).unwrap()[0]), want, "{what}");
+    }
+}

@@ -26,6 +26,14 @@
 //! to f64 (the truth, see [`super::widened`]), and the executor agrees when it is no farther
 //! from the truth than twice eager's own distance plus the dtype's bounds
 //! ([`no_farther_from_truth`]): a miscompile lands much farther.
+//!
+//! A result that cancels to 0 in real arithmetic defeats that bound: eager may land on 0
+//! exactly, where a correct compiled function lands on rounding noise. So the truth also
+//! comes with its rounding noise ([`super::noise`]: the spread of perturbed f64 runs), and
+//! an executor agrees when it and eager are both within [`NOISE_FACTOR`] times that noise,
+//! plus the bounds, of the truth ([`within_rounding_noise`]). For the interpreter, whose
+//! f64 arithmetic is the truth, that is the only fallback: eager itself must be within the
+//! noise.
 
 use crate::Tensor;
 use kiln_ir::DType;
@@ -176,6 +184,78 @@ pub fn no_farther_from_truth(
     }
 }
 
+/// How many times the rounding noise's spread a result may stray from the truth
+/// ([`within_rounding_noise`]).
+pub const NOISE_FACTOR: f64 = 2.0;
+
+/// `Ok` when `got` and `want` (eager) are each within [`NOISE_FACTOR`] times the rounding
+/// noise plus `(atol, rtol)` of the truth's scale from `truth` (normwise over the finite
+/// elements; `noise` is each element's largest distance from the truth over the perturbed
+/// runs of [`super::noise`], and elements where it is not finite sit on a cliff rounding
+/// can push them over, so are not compared). Non-finite elements of `got` and `want` must
+/// match as in [`no_farther_from_truth`]; with `oracle` (`got` is the interpreter's),
+/// elements where eager is not finite are not compared, as in [`agree_with_f64_oracle`].
+///
+/// This is what settles a result that cancels: a layer norm's weight gradient that is 0
+/// in real arithmetic lands on rounding noise in f32, eager's anywhere in it and a compiled
+/// function's elsewhere, both far from the truth against its scale (see the module doc).
+pub fn within_rounding_noise(
+    got: &Tensor,
+    want: &Tensor,
+    truth: &Tensor,
+    noise: &[f64],
+    (atol, rtol): (f64, f64),
+    oracle: bool,
+) -> Result<(), String> {
+    if got.shape() != want.shape() || truth.shape() != want.shape() {
+        return Err(format!(
+            "{} vs {} (truth {})",
+            got.tensor_type(),
+            want.tensor_type(),
+            truth.tensor_type()
+        ));
+    }
+    let read = |t: &Tensor| {
+        t.to_vec_f64()
+            .map_err(|e| format!("reading the values: {e}"))
+    };
+    let (g, w, t) = (read(got)?, read(want)?, read(truth)?);
+    if noise.len() != t.len() {
+        return Err(format!("{} noise values for {}", noise.len(), t.len()));
+    }
+    let dtype = want.dtype();
+    let (mut scale, mut spread) = (0.0f64, 0.0f64);
+    let (mut got_err, mut want_err) = (0.0f64, 0.0f64);
+    for (i, (((p, q), r), n)) in g.iter().zip(&w).zip(&t).zip(noise).enumerate() {
+        if oracle && !q.is_finite() {
+            continue;
+        }
+        if !q.is_finite() || !p.is_finite() {
+            let rounded = dtype.is_float() && p.is_infinite() && dtype.round_f64(*r) == *p;
+            if !(p == q || p.is_nan() && q.is_nan() || rounded) {
+                return Err(format!("element {i}: {p} vs {q}"));
+            }
+            continue;
+        }
+        if !r.is_finite() || !n.is_finite() {
+            continue;
+        }
+        scale = scale.max(r.abs());
+        spread = spread.max(*n);
+        got_err = got_err.max((p - r).abs());
+        want_err = want_err.max((q - r).abs());
+    }
+    let bound = NOISE_FACTOR * spread + atol + rtol * scale;
+    if got_err <= bound && want_err <= bound {
+        Ok(())
+    } else {
+        Err(format!(
+            "{got_err:e} and eager {want_err:e} from the f64 truth, rounding noise {spread:e} \
+             (bound {bound:e})"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +276,25 @@ mod tests {
         // a finite truth inside f32's range is no excuse for an infinity
         let truth = Tensor::from_f64(&[1.0, 3.0], &[2], DType::F64).unwrap();
         assert!(no_farther_from_truth(&got, &want, &truth, bounds(DType::F32)).is_err());
+    }
+
+    #[test]
+    fn rounding_noise_excuses_what_it_spans_and_no_more() {
+        let b = bounds(DType::F32);
+        // a cancelled result: truth 0 beside 1e3, eager 0, the executor 6 (noise 4)
+        let truth = Tensor::from_f64(&[0.0, 1e3], &[2], DType::F64).unwrap();
+        let (got, want) = (f32s(&[6.0, 1e3]), f32s(&[0.0, 1e3]));
+        assert!(within_rounding_noise(&got, &want, &truth, &[4.0, 0.0], b, false).is_ok());
+        // twice the noise plus the bounds (0.1) and no more
+        assert!(within_rounding_noise(&got, &want, &truth, &[2.95, 0.0], b, false).is_ok());
+        assert!(within_rounding_noise(&got, &want, &truth, &[2.5, 0.0], b, false).is_err());
+        // eager must be within too (the interpreter's check: eager is what is tested)
+        assert!(within_rounding_noise(&want, &got, &truth, &[2.5, 0.0], b, true).is_err());
+        // noise that is not finite leaves the element out; an infinity still must match
+        assert!(within_rounding_noise(&got, &want, &truth, &[f64::NAN, 0.0], b, false).is_ok());
+        let inf = f32s(&[f64::INFINITY, 1e3]);
+        assert!(within_rounding_noise(&inf, &want, &truth, &[f64::NAN, 0.0], b, false).is_err());
+        // the interpreter is not compared where eager overflowed
+        assert!(within_rounding_noise(&want, &inf, &truth, &[0.0, 0.0], b, true).is_ok());
     }
 }

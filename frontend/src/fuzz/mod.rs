@@ -8,10 +8,11 @@
 pub mod compare;
 pub mod inputs;
 pub mod minify;
+pub mod noise;
 pub mod regression;
 
 use crate::compile::{compile_with, Backend, CompileOptions};
-use crate::graph_exec::{replay, run_graph};
+use crate::graph_exec::{replay, replay_with, run_graph};
 use crate::{Result, Tensor};
 use inputs::{make_inputs, InputSpec};
 use kiln_ir::ops::derivative::differentiable;
@@ -312,37 +313,112 @@ fn unstable_outputs(g: &Graph, jumps_at: fn(&Op) -> bool, always: fn(&Op) -> boo
     g.outputs().iter().map(|o| unstable.contains(o)).collect()
 }
 
-/// `g` with its f16, bf16 and f32 values widened to f64 (types, casts and dtype attributes,
-/// by way of the text form, which is parsed and verified again); `None` when `g` has no such
-/// values or the widened text does not verify. Its results are the truth that disagreements
-/// are measured against ([`compare::no_farther_from_truth`]).
+/// `g` with its f16, bf16 and f32 values widened to f64 (types, casts and dtype
+/// attributes); `None` when `g` has no such values or the widened graph does not verify.
+/// Its results are the truth that disagreements are measured against
+/// ([`compare::no_farther_from_truth`]).
 pub fn widened(g: &Graph) -> Option<Graph> {
-    if !g
-        .nodes()
-        .any(|(_, n)| matches!(n.ty.dtype, DType::F16 | DType::BF16 | DType::F32))
-    {
+    widen(g).map(|w| w.graph)
+}
+
+/// [`widened`], with the unit roundoff each of its nodes computes at in `g` ([`noise`]).
+struct Widened {
+    graph: Graph,
+    /// per node of `graph` (by index): the unit roundoff of the source node's dtype; 0
+    /// for the inputs and the casts to f64 that widening adds
+    units: Vec<f64>,
+}
+
+fn narrow(d: DType) -> bool {
+    matches!(d, DType::F16 | DType::BF16 | DType::F32)
+}
+
+/// `op` with its dtype attributes widened to f64.
+fn widen_op(op: &Op) -> Option<Op> {
+    use kiln_ir::ops::AttrValue;
+    let attrs: Vec<(String, AttrValue)> = op
+        .attrs()
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                AttrValue::DType(d) if narrow(d) => AttrValue::DType(DType::F64),
+                v => v,
+            };
+            (k.to_string(), v)
+        })
+        .collect();
+    Op::from_parts(op.name(), &attrs).ok()
+}
+
+/// Builds [`Widened`]: node by node, each op with widened attributes on widened operands.
+/// Where an op would still compute in a narrow float (an f32 `mish` of a bool, the default
+/// float dtype of a promotion), its bool and integer operands are cast to f64 first (an
+/// exact conversion), or else its result is.
+fn widen(g: &Graph) -> Option<Widened> {
+    if !g.nodes().any(|(_, n)| narrow(n.ty.dtype)) {
         return None;
     }
-    let text = g.to_string();
-    let mut out = String::with_capacity(text.len());
-    let mut word = String::new();
-    let flush = |word: &mut String, out: &mut String| {
-        out.push_str(match word.as_str() {
-            "f16" | "bf16" | "f32" => "f64",
-            w => w,
-        });
-        word.clear();
-    };
-    for c in text.chars() {
-        if c.is_ascii_alphanumeric() || c == '_' {
-            word.push(c);
-        } else {
-            flush(&mut word, &mut out);
-            out.push(c);
+    let mut w = Graph::new(g.name());
+    let mut units = Vec::new();
+    let mut map = vec![None; g.len()];
+    let set_unit = |units: &mut Vec<f64>, id: NodeId, unit: f64| {
+        if units.len() <= id.index() {
+            units.resize(id.index() + 1, 0.0);
         }
+        units[id.index()] = unit;
+    };
+    let to_f64 = |dtype: DType| if narrow(dtype) { DType::F64 } else { dtype };
+    for (name, id) in g.inputs() {
+        let ty = &g.node(*id).ty;
+        let wide = kiln_ir::TensorType {
+            dtype: to_f64(ty.dtype),
+            shape: ty.shape.clone(),
+        };
+        map[id.index()] = Some(w.add_input(name.clone(), wide).ok()?);
     }
-    flush(&mut word, &mut out);
-    kiln_ir::text::parse_graph(&out).ok()
+    let cast = Op::Cast { dtype: DType::F64 };
+    for (id, n) in g.nodes() {
+        if n.op == Op::Input {
+            continue;
+        }
+        let op = widen_op(&n.op)?;
+        let mut args: Vec<Arg> = n
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::Value(v) => map[v.index()].map(Arg::Value),
+                Arg::Scalar(s) => Some(Arg::Scalar(*s)),
+            })
+            .collect::<Option<_>>()?;
+        let ty = kiln_ir::infer(&op, &w.arg_types(&args).ok()?).ok()?;
+        if narrow(ty.dtype) {
+            for a in &mut args {
+                if let Arg::Value(v) = a {
+                    if !w.node(*v).ty.dtype.is_float() {
+                        let c = w.add_op(cast.clone(), &[Arg::Value(*v)], None).ok()?;
+                        set_unit(&mut units, c, 0.0);
+                        *a = Arg::Value(c);
+                    }
+                }
+            }
+        }
+        let mut out = w.add_op(op, &args, n.loc.clone()).ok()?;
+        set_unit(&mut units, out, noise::unit_roundoff(n.ty.dtype));
+        if narrow(w.node(out).ty.dtype) {
+            out = w.add_op(cast.clone(), &[Arg::Value(out)], None).ok()?;
+            set_unit(&mut units, out, 0.0);
+        }
+        map[id.index()] = Some(out);
+    }
+    let outputs = g
+        .outputs()
+        .iter()
+        .map(|o| map[o.index()])
+        .collect::<Option<Vec<_>>>()?;
+    w.set_outputs(outputs).ok()?;
+    kiln_ir::verify(&w).ok()?;
+    units.resize(w.len(), 0.0);
+    Some(Widened { graph: w, units })
 }
 
 /// The inputs of [`widened`]: float tensors cast to f64 (exactly), others as they are.
@@ -356,31 +432,142 @@ fn widen_inputs(xs: &[Tensor]) -> Result<Vec<Tensor>> {
 }
 
 /// The truth of one case, computed on first need: the widened graph's outputs and
-/// gradients (`None` where the graph has no float values or the widened run failed). The
-/// widened graph itself is made on first need too, once for all cases of a graph.
+/// gradients (`None` where the graph has no float values or the widened run failed), and
+/// their rounding noise ([`noise`]). The widened graph itself is made on first need too,
+/// once for all cases of a graph.
 struct Truth<'a> {
     source: &'a Graph,
-    wide: &'a OnceCell<Option<Graph>>,
+    wide: &'a OnceCell<Option<Widened>>,
     xs: &'a [Tensor],
     outputs: Option<Option<Vec<Tensor>>>,
     grads: Option<Option<Vec<Option<Tensor>>>>,
+    output_noise: Option<Option<Vec<Vec<f64>>>>,
+    grad_noise: Option<Option<Vec<Vec<f64>>>>,
+}
+
+/// Per element, the largest distance of `runs`' values from `truth`'s (NaN where a run
+/// is not finite and the truth is, or a run failed to give the value).
+fn spread(truth: &[Option<Tensor>], runs: &[Vec<Option<Tensor>>]) -> Option<Vec<Vec<f64>>> {
+    truth
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let Some(t) = t else {
+                return Some(Vec::new());
+            };
+            let t = t.to_vec_f64().ok()?;
+            let mut out = vec![0.0f64; t.len()];
+            for run in runs {
+                let v = run.get(i)?.as_ref()?.to_vec_f64().ok()?;
+                if v.len() != t.len() {
+                    return None;
+                }
+                for ((o, p), r) in out.iter_mut().zip(&v).zip(&t) {
+                    let d = if p.is_finite() || !r.is_finite() {
+                        (p - r).abs()
+                    } else {
+                        f64::NAN
+                    };
+                    *o = if d.is_nan() || o.is_nan() {
+                        f64::NAN
+                    } else {
+                        o.max(d)
+                    };
+                }
+            }
+            Some(out)
+        })
+        .collect()
 }
 
 impl<'a> Truth<'a> {
-    fn new(source: &'a Graph, wide: &'a OnceCell<Option<Graph>>, xs: &'a [Tensor]) -> Truth<'a> {
+    fn new(source: &'a Graph, wide: &'a OnceCell<Option<Widened>>, xs: &'a [Tensor]) -> Truth<'a> {
         Truth {
             source,
             wide,
             xs,
             outputs: None,
             grads: None,
+            output_noise: None,
+            grad_noise: None,
         }
+    }
+
+    /// Replays the widened graph under rounding noise: each node's ops at the unit
+    /// roundoff of the dtype the source node computes in.
+    fn noisy_replay(w: &Widened, ys: &[Tensor]) -> Result<Vec<Tensor>> {
+        replay_with(&w.graph, ys, &mut |id| {
+            noise::set_unit(w.units.get(id.index()).copied().unwrap_or(0.0));
+        })
+    }
+
+    /// The rounding noise of each output's elements.
+    fn output_noise(&mut self, i: usize) -> Option<&[f64]> {
+        let (wide_graph, xs) = (self.widened(), self.xs);
+        self.output(i)?;
+        let truth: Vec<Option<Tensor>> = self.outputs.clone()??.into_iter().map(Some).collect();
+        self.output_noise
+            .get_or_insert_with(|| {
+                let g = wide_graph?;
+                let wide = widen_inputs(xs).ok()?;
+                let runs: Vec<Vec<Option<Tensor>>> = (0..noise::SAMPLES)
+                    .map(|k| {
+                        guarded(|| noise::with_noise(k, 0.0, || Truth::noisy_replay(g, &wide)))
+                            .map(|v| v.into_iter().map(Some).collect())
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                spread(&truth, &runs)
+            })
+            .as_ref()?
+            .get(i)
+            .map(|v| v.as_slice())
+    }
+
+    /// The rounding noise of each gradient's elements; the backward pass computes at the
+    /// loosest unit roundoff of the graph (as gradients are compared within its bounds).
+    fn grad_noise(&mut self, i: usize) -> Option<&[f64]> {
+        let (source, wide_graph, xs) = (self.source, self.widened(), self.xs);
+        self.grad(i)?;
+        let truth = self.grads.clone()??;
+        let loosest = source
+            .nodes()
+            .map(|(_, n)| noise::unit_roundoff(n.ty.dtype))
+            .fold(0.0f64, f64::max);
+        self.grad_noise
+            .get_or_insert_with(|| {
+                let g = wide_graph?;
+                let wide = widen_inputs(xs).ok()?;
+                let runs: Vec<Vec<Option<Tensor>>> = (0..noise::SAMPLES)
+                    .map(|k| {
+                        guarded(|| {
+                            noise::with_noise(k, 0.0, || {
+                                gradients(&wide, |ys| {
+                                    let out = Truth::noisy_replay(g, ys)?;
+                                    noise::set_unit(loosest);
+                                    out[0].sum(&[], false)
+                                })
+                            })
+                        })
+                        .unwrap_or_default()
+                    })
+                    .collect();
+                spread(&truth, &runs)
+            })
+            .as_ref()?
+            .get(i)
+            .map(|v| v.as_slice())
+    }
+
+    /// The widened graph with its nodes' units of roundoff.
+    fn widened(&self) -> Option<&'a Widened> {
+        let (source, wide) = (self.source, self.wide);
+        wide.get_or_init(|| widen(source)).as_ref()
     }
 
     /// The widened graph.
     fn graph(&self) -> Option<&'a Graph> {
-        let (source, wide) = (self.source, self.wide);
-        wide.get_or_init(|| widened(source)).as_ref()
+        self.widened().map(|w| &w.graph)
     }
 
     fn output(&mut self, i: usize) -> Option<&Tensor> {
@@ -408,22 +595,47 @@ impl<'a> Truth<'a> {
     }
 }
 
-/// `same`, or when it failed, whether `got` is no farther from the `truth` than eager's
-/// `want` ([`compare::no_farther_from_truth`]).
+/// Which result of a case is compared.
+#[derive(Clone, Copy)]
+enum Compared {
+    Output(usize),
+    Grad(usize),
+}
+
+/// `same`, or when it failed: whether `got` is no farther from the truth than eager's
+/// `want` ([`compare::no_farther_from_truth`]; not for the interpreter, `oracle`, which
+/// computes the truth itself), or both are within the rounding noise of the truth
+/// ([`compare::within_rounding_noise`]).
 fn or_near_truth(
     same: std::result::Result<(), String>,
     got: &Tensor,
     want: &Tensor,
-    truth: Option<&Tensor>,
+    truth: &mut Truth<'_>,
+    which: Compared,
     bounds: (f64, f64),
+    oracle: bool,
 ) -> std::result::Result<(), String> {
-    match (same, truth) {
-        (Ok(()), _) => Ok(()),
-        (Err(m), None) => Err(m),
-        (Err(m), Some(t)) => {
-            compare::no_farther_from_truth(got, want, t, bounds).map_err(|n| format!("{m}; {n}"))
+    let Err(m) = same else { return Ok(()) };
+    let t = match which {
+        Compared::Output(i) => truth.output(i).cloned(),
+        Compared::Grad(i) => truth.grad(i).cloned(),
+    };
+    let Some(t) = t else { return Err(m) };
+    let m = if oracle {
+        m
+    } else {
+        match compare::no_farther_from_truth(got, want, &t, bounds) {
+            Ok(()) => return Ok(()),
+            Err(n) => format!("{m}; {n}"),
         }
-    }
+    };
+    let noise = match which {
+        Compared::Output(i) => truth.output_noise(i),
+        Compared::Grad(i) => truth.grad_noise(i),
+    };
+    let Some(noise) = noise else { return Err(m) };
+    compare::within_rounding_noise(got, want, &t, noise, bounds, oracle)
+        .map_err(|n| format!("{m}; {n}"))
 }
 
 /// The bounds of an output: the loosest of the float dtypes it is computed through (a
@@ -517,14 +729,15 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
                         if unstable[i] {
                             continue;
                         }
-                        let same = if *e == Executor::Interp {
-                            compare::agree_with_f64_oracle(a, b)
+                        let bounds = out_bounds[i];
+                        let oracle = *e == Executor::Interp;
+                        let same = if oracle {
+                            compare::agree_with_f64_oracle_within(a, b, bounds)
                         } else {
-                            let bounds = out_bounds[i];
-                            let same = compare::agree_within(a, b, bounds);
-                            let t = if same.is_err() { truth.output(i) } else { None };
-                            or_near_truth(same, a, b, t, bounds)
+                            compare::agree_within(a, b, bounds)
                         };
+                        let which = Compared::Output(i);
+                        let same = or_near_truth(same, a, b, &mut truth, which, bounds, oracle);
                         if let Err(m) = same {
                             return diverged(*e, false, format!("output {i}: {m}"));
                         }
@@ -549,13 +762,14 @@ pub fn check_graph(g: &Graph, opts: &CheckOptions) -> Outcome {
                         let same = match (a, b) {
                             (None, None) => Ok(()),
                             (Some(a), Some(b)) => {
-                                let same = if *e == Executor::Interp {
+                                let oracle = *e == Executor::Interp;
+                                let same = if oracle {
                                     compare::agree_with_f64_oracle_within(a, b, grad_bounds)
                                 } else {
                                     compare::agree_within(a, b, grad_bounds)
                                 };
-                                let t = if same.is_err() { truth.grad(i) } else { None };
-                                or_near_truth(same, a, b, t, grad_bounds)
+                                let which = Compared::Grad(i);
+                                or_near_truth(same, a, b, &mut truth, which, grad_bounds, oracle)
                             }
                             (a, b) => Err(format!(
                                 "a gradient {} vs {}",

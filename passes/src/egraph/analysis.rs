@@ -167,6 +167,13 @@ fn fold(op: &Op, args: &[&ClassData], out: &TensorType) -> Option<Scalar> {
             op: ReduceOp::Max | ReduceOp::Min | ReduceOp::Mean,
             ..
         } => {
+            // over no elements the result is not the constant: a mean of none is NaN (and
+            // symbolic sizes are never 0: sizes 0 and 1 are specialised)
+            if let ClassData::Tensor { ty, .. } = args[0] {
+                if ty.shape.dims().contains(&Dim::Const(0)) {
+                    return None;
+                }
+            }
             let c = konst(args[0])?;
             (out.dtype.is_float()
                 || !matches!(
