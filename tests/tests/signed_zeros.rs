@@ -132,3 +132,53 @@ fn a_product_with_k_1_of_transposed_operands_is_summed_from_plus_zero() {
         assert_eq!(bits(&c.call(&xs).unwrap()[0]), want, "{what}");
     }
 }
+
+#[test]
+fn a_sum_or_mean_of_one_minus_zero_is_plus_zero() {
+    if std::env::var_os("KILN_CUDA_DEVICE").is_none() {
+        std::env::set_var("KILN_CUDA_DEVICE", "emulated");
+    }
+    // torch 2.15 sums from +0: mean and sum of a lone -0 are +0, and 1/that is +inf; the
+    // f32 mean of a 0-d tensor accumulates in f64 (kiln fuzz --grad, graph 18069536)
+    let g = parse_module(
+        "graph @s(%w: f32[], %v: f32[1,2]) -> (f32[], f32[], f32[2], f32[2]) {
+  %0 = mean %w {dims = [], keepdim = true} : f32[]
+  %1 = sum %w {dims = []} : f32[]
+  %2 = mean %v {dims = [0]} : f32[2]
+  %3 = sum %v {dims = [0]} : f32[2]
+  %4 = div 1.0, %0 : f32[]
+  %5 = div 1.0, %1 : f32[]
+  %6 = div 1.0, %2 : f32[2]
+  %7 = div 1.0, %3 : f32[2]
+  return %4, %5, %6, %7
+}
+",
+    )
+    .unwrap()
+    .remove(0);
+    let xs = vec![
+        Tensor::from_vec(vec![-0.0f32], &[]).unwrap(),
+        Tensor::from_vec(vec![-0.0f32, -0.0], &[1, 2]).unwrap(),
+    ];
+    let inf = f32::INFINITY;
+    let want = [f(&[inf]), f(&[inf]), f(&[inf, inf]), f(&[inf, inf])];
+    let eager = replay(&g, &xs).unwrap();
+    for (i, (e, w)) in eager.iter().zip(&want).enumerate() {
+        assert_eq!(&bits(e), w, "eager output {i}");
+    }
+    for opts in [
+        CompileOptions::default().backend(Backend::Cpu),
+        CompileOptions::default()
+            .backend(Backend::Cpu)
+            .fusion(false),
+        CompileOptions::default().backend(Backend::Interp),
+        CompileOptions::default().backend(Backend::Cuda),
+    ] {
+        let what = format!("{opts:?}");
+        let graph = g.clone();
+        let c = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
+        for (i, (o, w)) in c.call(&xs).unwrap().iter().zip(&want).enumerate() {
+            assert_eq!(&bits(o), w, "output {i}: {what}");
+        }
+    }
+}

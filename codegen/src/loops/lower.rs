@@ -243,11 +243,18 @@ impl<'g> Lowering<'g> {
                     if self.identity.contains(&id) {
                         // a sum (and a mean) of one element is 0 + x, as eager and torch
                         // accumulate it: -0 becomes +0 (a max or min is x itself)
+                        // (an f32 sum accumulating in f64 widens x first)
                         let adds = matches!(op, ReduceOp::Sum | ReduceOp::Mean);
-                        if adds && body[x].ty == ty && ty != ScalarType::Bool {
+                        let x_row = body[x].row;
+                        let widens = ty == ScalarType::F64 && body[x].ty == ScalarType::F32;
+                        if adds && (body[x].ty == ty || widens) && ty != ScalarType::Bool {
+                            let x = if widens {
+                                push(&mut body, Expr::Widen(x), ty, x_row)
+                            } else {
+                                x
+                            };
                             let zero = push(&mut body, Expr::Const(0.0), ty, true);
                             let sum = Expr::Binary(BinaryOp::Add, x, zero);
-                            let x_row = body[x].row;
                             let v = push(&mut body, sum, ty, x_row);
                             value_of.insert(id, v);
                         } else {
