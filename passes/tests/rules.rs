@@ -143,6 +143,9 @@ rule_test!(binary_permute_literal, "binary-permute-literal", "f32[2,3,4]", "(sub
 rule_test!(broadcast_lhs, "broadcast-lhs", "f32[3] f32[2,3]", "(add (expand{shape=[2,3]} in0) in1)" => "(add in0 in1)");
 rule_test!(broadcast_lhs_refuses_a_smaller_result, "broadcast-lhs", "f32[3] f32[3]", "(add (expand{shape=[2,3]} in0) in1)" !=> "(add in0 in1)");
 rule_test!(broadcast_rhs, "broadcast-rhs", "f32[2,3] f32[1,3]", "(mul in0 (expand{shape=[2,3]} in1))" => "(mul in0 in1)");
+rule_test!(broadcast_rhs_keeps_an_expanded_0d_of_another_dtype, "broadcast-rhs", "f16[2] f32[]", "(ne in0 (expand{shape=[2]} in1))" !=> "(ne in0 in1)");
+rule_test!(broadcast_lhs_drops_an_expanded_0d_of_the_same_dtype, "broadcast-lhs", "f32[] f32[2]", "(lt (expand{shape=[2]} in0) in1)" => "(lt in0 in1)");
+rule_test!(broadcast_where_then_keeps_an_expanded_0d_of_another_dtype, "broadcast-where-then", "bool[2] f32[] f16[2]", "(where in0 (expand{shape=[2]} in1) in2)" !=> "(where in0 in1 in2)");
 rule_test!(broadcast_where_cond, "broadcast-where-cond", "bool[3] f32[2,3] f32[2,3]", "(where (expand{shape=[2,3]} in0) in1 in2)" => "(where in0 in1 in2)");
 rule_test!(broadcast_where_then, "broadcast-where-then", "bool[2,3] f32[3] f32[2,3]", "(where in0 (expand{shape=[2,3]} in1) in2)" => "(where in0 in1 in2)");
 rule_test!(broadcast_where_else, "broadcast-where-else", "bool[2,3] f32[2,3] f32[1]", "(where in0 in1 (expand{shape=[2,3]} in2))" => "(where in0 in1 in2)");

@@ -94,3 +94,22 @@ pub fn same_shape(a: &str, b: &str) -> Cond {
         eg[s[a]].data.ty().map(|t| &t.shape) == eg[s[b]].data.ty().map(|t| &t.shape)
     })
 }
+
+/// Dropping an expand of the 0-d `?x` keeps the dtype an op computes in with `?y`: `?x`
+/// has a dim, or `?y` is a literal or has `?x`'s dtype. A 0-d tensor takes part in type
+/// promotion below the tensors that have dims, as in torch, where an expanded one is such a
+/// tensor: `ne(f16[2], expand(f32[]))` compares in f32, `ne(f16[2], f32[])` in f16, and
+/// the bool result's type does not show the difference.
+pub fn expand_keeps_promotion(x: &str, y: &str) -> Cond {
+    let (x, y) = (var(x), var(y));
+    Box::new(move |eg, _, s| {
+        let Some(tx) = eg[s[x]].data.ty() else {
+            return true;
+        };
+        tx.shape.rank() > 0
+            || match eg[s[y]].data.ty() {
+                Some(ty) => ty.dtype == tx.dtype,
+                None => true,
+            }
+    })
+}
