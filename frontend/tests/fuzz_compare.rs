@@ -67,3 +67,20 @@ fn an_answer_no_farther_from_the_truth_than_eager_agrees_and_a_wrong_one_does_no
     let nan = t(&[f64::NAN, -1.28125, 1.15625], DType::BF16);
     assert!(no_farther_from_truth(&nan, &eager, &truth, bounds).is_err());
 }
+
+#[test]
+fn the_truth_of_a_computed_float_is_ill_conditioned() {
+    // `logical_and(y, y)` is `y != 0`: a y that rounds to exactly 0 in f32 (a layer norm's
+    // element equal to its row's mean) flips it (kiln fuzz --grad, graph 21008601)
+    let g = graph(
+        "graph @g(%x: f32[2, 3]) -> (bool[2, 3], bool[2, 3], bool[2, 3]) {
+  %0 = layer_norm %x {ndim = 1, eps = 0.1} : f32[2, 3]
+  %1 = logical_and %0, %0 : bool[2, 3]
+  %2 = logical_or %x, %x : bool[2, 3]
+  %3 = isinf %0 : bool[2, 3]
+  return %1, %2, %3
+}",
+    );
+    // the truth of an input is exact
+    assert_eq!(kiln::fuzz::ill_conditioned(&g), [true, false, true]);
+}

@@ -229,6 +229,8 @@ fn discontinuous(op: &Op) -> bool {
                 | UnaryOp::Trunc
                 | UnaryOp::Sign
                 | UnaryOp::LogicalNot
+                // an overflow boundary a rounding crosses
+                | UnaryOp::Isinf
         ),
         Op::Binary(b) => matches!(
             b,
@@ -242,6 +244,10 @@ fn discontinuous(op: &Op) -> bool {
                 | BinaryOp::Gt
                 | BinaryOp::Ge
                 | BinaryOp::Pow
+                // the truth of a float is `x != 0`, which a rounding to exactly 0 flips
+                | BinaryOp::LogicalAnd
+                | BinaryOp::LogicalOr
+                | BinaryOp::LogicalXor
         ),
         Op::Cast { dtype } => !dtype.is_float(),
         Op::Argmax { .. } => true,
