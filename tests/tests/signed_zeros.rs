@@ -38,11 +38,37 @@ fn f(v: &[f32]) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn clamps_keep_a_bound_equal_x_and_ties_give_the_second_operand() {
+/// Asserts that eager, cpu fused and unfused, the interpreter and the cuda backend (on the
+/// emulated device unless `KILN_CUDA_DEVICE` names one) give `g` on `xs` the bits of
+/// `want`, output by output.
+fn assert_bits_everywhere(g: &kiln::Graph, xs: &[Tensor], want: &[Vec<u32>]) {
     if std::env::var_os("KILN_CUDA_DEVICE").is_none() {
         std::env::set_var("KILN_CUDA_DEVICE", "emulated");
     }
+    let eager = replay(g, xs).unwrap();
+    assert_eq!(eager.len(), want.len());
+    for (i, (e, w)) in eager.iter().zip(want).enumerate() {
+        assert_eq!(&bits(e), w, "eager output {i}");
+    }
+    for opts in [
+        CompileOptions::default().backend(Backend::Cpu),
+        CompileOptions::default()
+            .backend(Backend::Cpu)
+            .fusion(false),
+        CompileOptions::default().backend(Backend::Interp),
+        CompileOptions::default().backend(Backend::Cuda),
+    ] {
+        let what = format!("{opts:?}");
+        let graph = g.clone();
+        let c = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
+        for (i, (o, w)) in c.call(xs).unwrap().iter().zip(want).enumerate() {
+            assert_eq!(&bits(o), w, "output {i}: {what}");
+        }
+    }
+}
+
+#[test]
+fn clamps_keep_a_bound_equal_x_and_ties_give_the_second_operand() {
     let g = parse_module(G).unwrap().remove(0);
     let nan = f32::NAN;
     let x = vec![-0.0f32, 0.0, -0.0, 0.0, -2.0, 7.0, nan, 1.0];
@@ -51,7 +77,6 @@ fn clamps_keep_a_bound_equal_x_and_ties_give_the_second_operand() {
         Tensor::from_vec(x, &[8]).unwrap(),
         Tensor::from_vec(y, &[8]).unwrap(),
     ];
-    let eager = replay(&g, &xs).unwrap();
     // torch 2.15 on the same values (maximum and minimum: its vectorised loop's)
     let want = [
         f(&[-0.0, 0.0, -0.0, 0.0, 0.0, 7.0, nan, 1.0]),
@@ -72,32 +97,11 @@ fn clamps_keep_a_bound_equal_x_and_ties_give_the_second_operand() {
             1.0,
         ]),
     ];
-    for (i, (e, w)) in eager.iter().zip(&want).enumerate() {
-        assert_eq!(&bits(e), w, "eager output {i}");
-    }
-    for opts in [
-        CompileOptions::default().backend(Backend::Cpu),
-        CompileOptions::default()
-            .backend(Backend::Cpu)
-            .fusion(false),
-        CompileOptions::default().backend(Backend::Interp),
-        CompileOptions::default().backend(Backend::Cuda),
-    ] {
-        let what = format!("{opts:?}");
-        let graph = g.clone();
-        let f = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
-        let got = f.call(&xs).unwrap();
-        for (i, (c, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(&bits(c), w, "output {i}: {what}");
-        }
-    }
+    assert_bits_everywhere(&g, &xs, &want);
 }
 
 #[test]
 fn a_product_with_k_1_of_transposed_operands_is_summed_from_plus_zero() {
-    if std::env::var_os("KILN_CUDA_DEVICE").is_none() {
-        std::env::set_var("KILN_CUDA_DEVICE", "emulated");
-    }
     // both operands are transposed views: non-contiguous, k = 1
     let g = parse_module(
         "graph @m(%a: f32[1,3], %b: f32[2,1]) -> f32[3,2] {
@@ -117,27 +121,11 @@ fn a_product_with_k_1_of_transposed_operands_is_summed_from_plus_zero() {
     // torch 2.15's bmm (and kiln's k > 1 sums) start from +0; its f32 `mm` writes -0 · 1
     // as it is: kiln follows bmm
     let want = f(&[0.0, 2.0, 0.0, -2.0, 0.0, 0.0]);
-    assert_eq!(bits(&replay(&g, &xs).unwrap()[0]), want, "eager");
-    for opts in [
-        CompileOptions::default().backend(Backend::Cpu),
-        CompileOptions::default()
-            .backend(Backend::Cpu)
-            .fusion(false),
-        CompileOptions::default().backend(Backend::Interp),
-        CompileOptions::default().backend(Backend::Cuda),
-    ] {
-        let what = format!("{opts:?}");
-        let graph = g.clone();
-        let c = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
-        assert_eq!(bits(&c.call(&xs).unwrap()[0]), want, "{what}");
-    }
+    assert_bits_everywhere(&g, &xs, &[want]);
 }
 
 #[test]
 fn a_sum_or_mean_of_one_minus_zero_is_plus_zero() {
-    if std::env::var_os("KILN_CUDA_DEVICE").is_none() {
-        std::env::set_var("KILN_CUDA_DEVICE", "emulated");
-    }
     // torch 2.15 sums from +0: mean and sum of a lone -0 are +0, and 1/that is +inf; the
     // f32 mean of a 0-d tensor accumulates in f64 (kiln fuzz --grad, graph 18069536)
     let g = parse_module(
@@ -162,23 +150,5 @@ fn a_sum_or_mean_of_one_minus_zero_is_plus_zero() {
     ];
     let inf = f32::INFINITY;
     let want = [f(&[inf]), f(&[inf]), f(&[inf, inf]), f(&[inf, inf])];
-    let eager = replay(&g, &xs).unwrap();
-    for (i, (e, w)) in eager.iter().zip(&want).enumerate() {
-        assert_eq!(&bits(e), w, "eager output {i}");
-    }
-    for opts in [
-        CompileOptions::default().backend(Backend::Cpu),
-        CompileOptions::default()
-            .backend(Backend::Cpu)
-            .fusion(false),
-        CompileOptions::default().backend(Backend::Interp),
-        CompileOptions::default().backend(Backend::Cuda),
-    ] {
-        let what = format!("{opts:?}");
-        let graph = g.clone();
-        let c = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
-        for (i, (o, w)) in c.call(&xs).unwrap().iter().zip(&want).enumerate() {
-            assert_eq!(&bits(o), w, "output {i}: {what}");
-        }
-    }
+    assert_bits_everywhere(&g, &xs, &want);
 }

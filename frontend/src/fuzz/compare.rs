@@ -130,16 +130,28 @@ fn compare_values(
     Ok(())
 }
 
-/// `Ok` when `got` is no farther from `truth` (the same values computed in f64) than twice
-/// `want`'s (eager's) distance from it, plus `(atol, rtol)` of the truth's scale (normwise,
-/// over the finite elements; non-finite elements of `got` and `want` must match as in
-/// [`agree`], unless `got`'s infinity is the truth rounded to the dtype).
-pub fn no_farther_from_truth(
+/// Normwise distances of `got` and `want` from `truth`, over the elements where all are
+/// finite (and the noise is, when given).
+struct Distances {
+    /// the largest finite magnitude of the truth
+    scale: f64,
+    /// the largest finite noise
+    spread: f64,
+    got_err: f64,
+    want_err: f64,
+}
+
+/// Reads the three tensors and measures [`Distances`]. Non-finite elements of `got` and
+/// `want` must match (an error names the first that does not), unless `got`'s infinity is
+/// the truth rounded to the dtype, or `oracle` and eager's is not finite; elements whose
+/// truth or `noise` is not finite are left out.
+fn distances(
     got: &Tensor,
     want: &Tensor,
     truth: &Tensor,
-    (atol, rtol): (f64, f64),
-) -> Result<(), String> {
+    noise: Option<&[f64]>,
+    oracle: bool,
+) -> Result<Distances, String> {
     if got.shape() != want.shape() || truth.shape() != want.shape() {
         return Err(format!(
             "{} vs {} (truth {})",
@@ -153,10 +165,20 @@ pub fn no_farther_from_truth(
             .map_err(|e| format!("reading the values: {e}"))
     };
     let (g, w, t) = (read(got)?, read(want)?, read(truth)?);
+    if let Some(n) = noise.filter(|n| n.len() != t.len()) {
+        return Err(format!("{} noise values for {}", n.len(), t.len()));
+    }
     let dtype = want.dtype();
-    let mut scale = 0.0f64;
-    let (mut got_err, mut want_err) = (0.0f64, 0.0f64);
+    let mut d = Distances {
+        scale: 0.0,
+        spread: 0.0,
+        got_err: 0.0,
+        want_err: 0.0,
+    };
     for (i, ((p, q), r)) in g.iter().zip(&w).zip(&t).enumerate() {
+        if oracle && !q.is_finite() {
+            continue;
+        }
         if !q.is_finite() || !p.is_finite() {
             // an infinity that is the truth rounded to the dtype (a finite true value past
             // its range) is right, whatever eager's rounding made of it: `1/x` of an x
@@ -167,19 +189,36 @@ pub fn no_farther_from_truth(
             }
             continue;
         }
-        if !r.is_finite() {
+        let n = noise.map_or(0.0, |n| n[i]);
+        if !r.is_finite() || !n.is_finite() {
             continue;
         }
-        scale = scale.max(r.abs());
-        got_err = got_err.max((p - r).abs());
-        want_err = want_err.max((q - r).abs());
+        d.scale = d.scale.max(r.abs());
+        d.spread = d.spread.max(n);
+        d.got_err = d.got_err.max((p - r).abs());
+        d.want_err = d.want_err.max((q - r).abs());
     }
-    let bound = 2.0 * want_err + atol + rtol * scale;
-    if got_err <= bound {
+    Ok(d)
+}
+
+/// `Ok` when `got` is no farther from `truth` (the same values computed in f64) than twice
+/// `want`'s (eager's) distance from it, plus `(atol, rtol)` of the truth's scale (normwise,
+/// over the finite elements; non-finite elements of `got` and `want` must match as in
+/// [`agree`], unless `got`'s infinity is the truth rounded to the dtype).
+pub fn no_farther_from_truth(
+    got: &Tensor,
+    want: &Tensor,
+    truth: &Tensor,
+    (atol, rtol): (f64, f64),
+) -> Result<(), String> {
+    let d = distances(got, want, truth, None, false)?;
+    let bound = 2.0 * d.want_err + atol + rtol * d.scale;
+    if d.got_err <= bound {
         Ok(())
     } else {
         Err(format!(
-            "{got_err:e} from the f64 truth, eager {want_err:e} (bound {bound:e})"
+            "{:e} from the f64 truth, eager {:e} (bound {bound:e})",
+            d.got_err, d.want_err
         ))
     }
 }
@@ -207,51 +246,14 @@ pub fn within_rounding_noise(
     (atol, rtol): (f64, f64),
     oracle: bool,
 ) -> Result<(), String> {
-    if got.shape() != want.shape() || truth.shape() != want.shape() {
-        return Err(format!(
-            "{} vs {} (truth {})",
-            got.tensor_type(),
-            want.tensor_type(),
-            truth.tensor_type()
-        ));
-    }
-    let read = |t: &Tensor| {
-        t.to_vec_f64()
-            .map_err(|e| format!("reading the values: {e}"))
-    };
-    let (g, w, t) = (read(got)?, read(want)?, read(truth)?);
-    if noise.len() != t.len() {
-        return Err(format!("{} noise values for {}", noise.len(), t.len()));
-    }
-    let dtype = want.dtype();
-    let (mut scale, mut spread) = (0.0f64, 0.0f64);
-    let (mut got_err, mut want_err) = (0.0f64, 0.0f64);
-    for (i, (((p, q), r), n)) in g.iter().zip(&w).zip(&t).zip(noise).enumerate() {
-        if oracle && !q.is_finite() {
-            continue;
-        }
-        if !q.is_finite() || !p.is_finite() {
-            let rounded = dtype.is_float() && p.is_infinite() && dtype.round_f64(*r) == *p;
-            if !(p == q || p.is_nan() && q.is_nan() || rounded) {
-                return Err(format!("element {i}: {p} vs {q}"));
-            }
-            continue;
-        }
-        if !r.is_finite() || !n.is_finite() {
-            continue;
-        }
-        scale = scale.max(r.abs());
-        spread = spread.max(*n);
-        got_err = got_err.max((p - r).abs());
-        want_err = want_err.max((q - r).abs());
-    }
-    let bound = NOISE_FACTOR * spread + atol + rtol * scale;
-    if got_err <= bound && want_err <= bound {
+    let d = distances(got, want, truth, Some(noise), oracle)?;
+    let bound = NOISE_FACTOR * d.spread + atol + rtol * d.scale;
+    if d.got_err <= bound && d.want_err <= bound {
         Ok(())
     } else {
         Err(format!(
-            "{got_err:e} and eager {want_err:e} from the f64 truth, rounding noise {spread:e} \
-             (bound {bound:e})"
+            "{:e} and eager {:e} from the f64 truth, rounding noise {:e} (bound {bound:e})",
+            d.got_err, d.want_err, d.spread
         ))
     }
 }

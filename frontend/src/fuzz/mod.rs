@@ -507,6 +507,21 @@ impl<'a> Truth<'a> {
         })
     }
 
+    /// Per element of each of `truth`'s tensors, the rounding noise: `run` on the widened
+    /// inputs, [`noise::SAMPLES`] times under [`noise::with_noise`] (a failed run gives no
+    /// values, so no noise).
+    fn noise_of(
+        truth: &[Option<Tensor>],
+        xs: &[Tensor],
+        run: impl Fn(&[Tensor]) -> Result<Vec<Option<Tensor>>>,
+    ) -> Option<Vec<Vec<f64>>> {
+        let wide = widen_inputs(xs).ok()?;
+        let runs: Vec<Vec<Option<Tensor>>> = (0..noise::SAMPLES)
+            .map(|k| guarded(|| noise::with_noise(k, 0.0, || run(&wide))).unwrap_or_default())
+            .collect();
+        spread(truth, &runs)
+    }
+
     /// The rounding noise of each output's elements.
     fn output_noise(&mut self, i: usize) -> Option<&[f64]> {
         let (wide_graph, xs) = (self.widened(), self.xs);
@@ -515,15 +530,9 @@ impl<'a> Truth<'a> {
         self.output_noise
             .get_or_insert_with(|| {
                 let g = wide_graph?;
-                let wide = widen_inputs(xs).ok()?;
-                let runs: Vec<Vec<Option<Tensor>>> = (0..noise::SAMPLES)
-                    .map(|k| {
-                        guarded(|| noise::with_noise(k, 0.0, || Truth::noisy_replay(g, &wide)))
-                            .map(|v| v.into_iter().map(Some).collect())
-                            .unwrap_or_default()
-                    })
-                    .collect();
-                spread(&truth, &runs)
+                Truth::noise_of(&truth, xs, |ys| {
+                    Ok(Truth::noisy_replay(g, ys)?.into_iter().map(Some).collect())
+                })
             })
             .as_ref()?
             .get(i)
@@ -543,22 +552,13 @@ impl<'a> Truth<'a> {
         self.grad_noise
             .get_or_insert_with(|| {
                 let g = wide_graph?;
-                let wide = widen_inputs(xs).ok()?;
-                let runs: Vec<Vec<Option<Tensor>>> = (0..noise::SAMPLES)
-                    .map(|k| {
-                        guarded(|| {
-                            noise::with_noise(k, 0.0, || {
-                                gradients(&wide, |ys| {
-                                    let out = Truth::noisy_replay(g, ys)?;
-                                    noise::set_unit(loosest);
-                                    out[0].sum(&[], false)
-                                })
-                            })
-                        })
-                        .unwrap_or_default()
+                Truth::noise_of(&truth, xs, |ys| {
+                    gradients(ys, |ys| {
+                        let out = Truth::noisy_replay(g, ys)?;
+                        noise::set_unit(loosest);
+                        out[0].sum(&[], false)
                     })
-                    .collect();
-                spread(&truth, &runs)
+                })
             })
             .as_ref()?
             .get(i)

@@ -92,7 +92,6 @@ fn next_delta() -> f64 {
 fn rounds(op: &Op) -> bool {
     match op {
         Op::Unary(_) | Op::Binary(_) => op.info().smooth,
-        Op::Reduce { op, .. } => matches!(op, ReduceOp::Sum | ReduceOp::Mean),
         Op::LeakyRelu { .. } | Op::Elu { .. } | Op::Softplus { .. } | Op::IndexAdd { .. } => true,
         _ => perturbs_operands(op),
     }
