@@ -27,6 +27,10 @@ const PARALLEL_MIN_COST: usize = 1 << 17;
 /// From this much estimated work on, a kernel is cut into several chunks per thread (load
 /// balance); below it, one chunk per thread (least hand-over).
 const BALANCE_MIN_COST: usize = 1 << 21;
+/// From this much estimated work on (about 50 µs on one core), a kernel wakes sleeping pool
+/// workers; below it, it is split only with workers still spinning after an earlier job,
+/// since a wake costs its caller 15 to 25 µs here (see [`pool::run`]).
+const WAKE_MIN_COST: usize = 1 << 21;
 
 /// The estimated work of one point of `nest` (row values are once per row and not counted):
 /// each statement's `cost::stmt_cost` (1 for a load or a cheap op, ~24 for a polynomial
@@ -137,10 +141,15 @@ impl PreparedCall {
             return;
         }
         let per_thread = if work < BALANCE_MIN_COST { 1 } else { 4 };
+        let wake = if work < WAKE_MIN_COST {
+            pool::Wake::SpinningOnly
+        } else {
+            pool::Wake::Sleepers
+        };
         if rows >= 2 * threads || reduces {
             let chunks = (threads * per_thread).min(rows);
             let per = rows.div_ceil(chunks);
-            pool::run(chunks, &|c| {
+            pool::run(chunks, wake, &|c| {
                 let r0 = c * per;
                 let r1 = (r0 + per).min(rows);
                 if r0 < r1 {
@@ -151,7 +160,7 @@ impl PreparedCall {
             // a few long rows: split the inner range, in whole vector blocks
             let per = inner.div_ceil(threads * per_thread).next_multiple_of(64);
             let chunks = inner.div_ceil(per);
-            pool::run(chunks, &|c| {
+            pool::run(chunks, wake, &|c| {
                 let i0 = c * per;
                 let i1 = (i0 + per).min(inner);
                 self.call(0, rows, i0, i1);
