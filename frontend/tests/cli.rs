@@ -63,6 +63,42 @@ fn run_interp_and_eager_agree_and_save_outputs() {
 }
 
 #[test]
+fn run_times_more_calls_with_the_kernel_table_of_those_calls() {
+    let f = tmp("mlp_time.kir", MLP);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args([
+            "run",
+            f.to_str().unwrap(),
+            "--dim",
+            "B=7",
+            "--backend",
+            "cpu",
+        ])
+        .args(["--time", "25"])
+        .env("KILN_PROFILE", "1")
+        .env_remove("KILN_LOGS")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("out0: f32[7,2]"), "{stdout}");
+    assert!(
+        stdout.contains("time: 25 calls after the first, median "),
+        "{stdout}"
+    );
+    // the table at exit counts the timed calls, not the first (compiling) one
+    let matmul = stderr
+        .lines()
+        .find(|l| l.contains("matmul") && !l.starts_with("matmul kernels"))
+        .unwrap_or_else(|| panic!("no kernel row: {stderr}"));
+    let calls: Vec<&str> = matmul.split_whitespace().collect();
+    assert_eq!(calls[3], "25", "{matmul}");
+}
+
+#[test]
 fn run_reads_named_inputs_from_safetensors() {
     let f = tmp("mlp3.kir", MLP);
     let inputs = f.with_file_name("in.safetensors");

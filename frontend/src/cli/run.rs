@@ -11,6 +11,7 @@ use kiln::graph_exec::replay;
 use kiln::ir::interp::{eval, Value};
 use kiln::Tensor;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// The options of `kiln run` and `kiln grad`.
 #[derive(clap::Args, Debug)]
@@ -39,6 +40,11 @@ pub struct RunArgs {
     /// size of a symbolic dim for random inputs, e.g. `--dim B=4` (repeatable)
     #[arg(long = "dim", value_parser = super::parse_dim)]
     pub dims: Vec<(String, usize)>,
+    /// after the first call, time this many more calls of the same executor (the compiled
+    /// function is reused, so no compile is timed) and print the median and fastest call;
+    /// with `KILN_PROFILE=1`, the kernel table at exit covers those calls only
+    #[arg(long, value_name = "CALLS")]
+    pub time: Option<usize>,
 }
 
 fn to_value(t: &Tensor) -> Result<Value, CliError> {
@@ -94,21 +100,25 @@ fn pick_graph(a: &RunArgs) -> Result<kiln::Graph, CliError> {
 
 /// Runs `g` on `inputs` (in graph input order) with `backend`: the compiled backends
 /// through `kiln::compile` of the graph replayed as user code, as `kiln fuzz` runs it.
+/// With `time`, that many more calls follow the first, timed one by one.
 fn execute(
     g: &kiln::Graph,
     inputs: &[Tensor],
     backend: Backend,
     unfused: bool,
-) -> Result<Vec<Tensor>, CliError> {
-    Ok(match backend {
+    time: Option<usize>,
+) -> Result<(Vec<Tensor>, Vec<Duration>), CliError> {
+    let mut call: Box<dyn FnMut() -> Result<Vec<Tensor>, CliError>> = match backend {
         Backend::Interp => {
             let values = inputs.iter().map(to_value).collect::<Result<Vec<_>, _>>()?;
-            eval(g, &values)?
-                .iter()
-                .map(from_value)
-                .collect::<Result<_, _>>()?
+            Box::new(move || {
+                eval(g, &values)?
+                    .iter()
+                    .map(from_value)
+                    .collect::<Result<_, _>>()
+            })
         }
-        Backend::Eager => kiln::graph_exec::run_graph(g, inputs)?,
+        Backend::Eager => Box::new(|| Ok(kiln::graph_exec::run_graph(g, inputs)?)),
         Backend::Cpu | Backend::Cuda => {
             let backend = if backend == Backend::Cpu {
                 kiln::Backend::Cpu
@@ -120,22 +130,47 @@ fn execute(
                 .backend(backend)
                 .fusion(!unfused);
             let graph = g.clone();
-            kiln::compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts).call(inputs)?
+            let f = kiln::compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
+            Box::new(move || Ok(f.call(inputs)?))
         }
-    })
+    };
+    let outputs = call()?;
+    // the kernel table covers the timed calls only
+    kiln::profile::reset();
+    let mut times = Vec::new();
+    for _ in 0..time.unwrap_or(0) {
+        let start = Instant::now();
+        let again = call()?;
+        times.push(start.elapsed());
+        drop(again);
+    }
+    Ok((outputs, times))
+}
+
+/// The median and fastest of `times`, as a line.
+fn timing_line(times: &[Duration]) -> String {
+    let mut sorted = times.to_vec();
+    sorted.sort_unstable();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    format!(
+        "time: {} calls after the first, median {:.1} µs, fastest {:.1} µs",
+        sorted.len(),
+        us(sorted[sorted.len() / 2]),
+        us(sorted[0])
+    )
 }
 
 /// Runs the command.
 pub fn run(a: &RunArgs) -> Result<(), CliError> {
     let g = pick_graph(a)?;
     let inputs = make_inputs(&g, a.seed, a.inputs.as_deref(), &a.dims)?;
-    let outputs = execute(&g, &inputs, a.backend, a.unfused)?;
+    let (outputs, times) = execute(&g, &inputs, a.backend, a.unfused, a.time)?;
     let named: Vec<(String, Tensor)> = outputs
         .into_iter()
         .enumerate()
         .map(|(i, t)| (format!("out{i}"), t))
         .collect();
-    report(&g, a, &named)
+    report(&g, a, &named, &times)
 }
 
 /// `kiln grad`: runs the joint graph, naming the forward outputs `out0`, ... and the
@@ -144,7 +179,7 @@ pub fn grad(a: &RunArgs) -> Result<(), CliError> {
     let g = pick_graph(a)?;
     let joint = kiln_passes::grad::grad(&g)?;
     let inputs = make_inputs(&g, a.seed, a.inputs.as_deref(), &a.dims)?;
-    let outputs = execute(&joint, &inputs, a.backend, a.unfused)?;
+    let (outputs, times) = execute(&joint, &inputs, a.backend, a.unfused, a.time)?;
     let names: Vec<String> = (0..g.outputs().len())
         .map(|i| format!("out{i}"))
         .chain(
@@ -155,11 +190,16 @@ pub fn grad(a: &RunArgs) -> Result<(), CliError> {
         )
         .collect();
     let named: Vec<(String, Tensor)> = names.into_iter().zip(outputs).collect();
-    report(&g, a, &named)
+    report(&g, a, &named, &times)
 }
 
 /// Prints each named output and saves them when asked.
-fn report(g: &kiln::Graph, a: &RunArgs, named: &[(String, Tensor)]) -> Result<(), CliError> {
+fn report(
+    g: &kiln::Graph,
+    a: &RunArgs,
+    named: &[(String, Tensor)],
+    times: &[Duration],
+) -> Result<(), CliError> {
     println!(
         "graph @{} ({:?} backend, seed {})",
         g.name(),
@@ -168,6 +208,9 @@ fn report(g: &kiln::Graph, a: &RunArgs, named: &[(String, Tensor)]) -> Result<()
     );
     for (n, t) in named {
         println!("{}", summary(n, t));
+    }
+    if !times.is_empty() {
+        println!("{}", timing_line(times));
     }
     if let Some(path) = &a.output {
         kiln::io::save(path, named)?;
