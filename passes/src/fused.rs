@@ -194,6 +194,87 @@ impl Fused {
         self
     }
 
+    /// Moves the full-size values a *column reduction* kernel would store (values of its
+    /// input's shape that other kernels read or the program returns) into a pointwise
+    /// kernel of their own, which the reduction then reads. A reduction that keeps its
+    /// input's last dim (a bias gradient: `[64,128]` summed over dim 0) folds along a
+    /// strided dim, so it would store such values one strided element at a time: the
+    /// `train_mlp` step's `mul, sum` kernel took 7.7 µs with the product as an output and
+    /// 4.1 without it, the product alone 1.3. The moved values are the kernel's prologue
+    /// (pointwise over its input's shape) with their producers inside it, so nothing reads
+    /// back into the new kernel and no cycle appears.
+    pub fn store_outside_column_reductions(mut self) -> Fused {
+        let g = &self.graph;
+        let mut next = self
+            .kernels
+            .iter()
+            .flatten()
+            .map(|t| t.id + 1)
+            .max()
+            .unwrap_or(0);
+        let mut moves: Vec<(NodeId, KernelTag)> = Vec::new();
+        let reductions: Vec<(NodeId, KernelTag)> = g
+            .nodes()
+            .filter_map(|(id, _)| self.kernel(id).map(|t| (id, t)))
+            .filter(|(id, t)| t.kind == GroupKind::Reduction && is_column_reduction(g, *id))
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        for (reduce, k) in reductions {
+            if !seen.insert(k.id) {
+                continue;
+            }
+            let Some(Arg::Value(x)) = g.node(reduce).args.first() else {
+                continue;
+            };
+            let space = &g.node(*x).ty.shape;
+            let members: Vec<NodeId> = g
+                .nodes()
+                .filter(|(id, _)| self.kernel(*id) == Some(k))
+                .map(|(id, _)| id)
+                .collect();
+            let full = |id: NodeId| &g.node(id).ty.shape == space;
+            let stored = |id: NodeId| {
+                g.outputs().contains(&id) || g.users(id).iter().any(|u| self.kernel(*u) != Some(k))
+            };
+            // the stored full-size values and their full-size producers in the kernel
+            let mut cone: Vec<NodeId> = Vec::new();
+            let mut todo: Vec<NodeId> = members
+                .iter()
+                .copied()
+                .filter(|&id| full(id) && stored(id))
+                .collect();
+            while let Some(id) = todo.pop() {
+                if cone.contains(&id) {
+                    continue;
+                }
+                cone.push(id);
+                for a in &g.node(id).args {
+                    if let Arg::Value(v) = a {
+                        if members.contains(v) && full(*v) {
+                            todo.push(*v);
+                        }
+                    }
+                }
+            }
+            let pointwise = cone
+                .iter()
+                .all(|&id| GroupKind::of(&g.node(id).op) == Some(GroupKind::Pointwise));
+            if cone.is_empty() || !pointwise {
+                continue;
+            }
+            let tag = KernelTag {
+                id: next,
+                kind: GroupKind::Pointwise,
+            };
+            next += 1;
+            moves.extend(cone.into_iter().map(|id| (id, tag)));
+        }
+        for (id, t) in moves {
+            self.set(id, t);
+        }
+        self
+    }
+
     /// The graph with each node's kernel written into its location comment (the textual
     /// form; see the module docs).
     pub fn tagged_graph(&self) -> Graph {
@@ -247,6 +328,25 @@ impl fmt::Display for Fused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&kiln_ir::print_graph(&self.tagged_graph()))
     }
+}
+
+/// Whether node `id` is a reduction that keeps its input's last dim (of size above 1) while
+/// folding another one: its loop nest folds along a strided dim.
+fn is_column_reduction(g: &Graph, id: NodeId) -> bool {
+    let n = g.node(id);
+    let (Op::Reduce { dims, .. }, Some(Arg::Value(x))) = (&n.op, n.args.first()) else {
+        return false;
+    };
+    let shape = g.node(*x).ty.shape.dims();
+    let rank = shape.len();
+    let Some(last) = shape.last() else {
+        return false;
+    };
+    let reduced: Vec<usize> = dims
+        .iter()
+        .filter_map(|&d| kiln_ir::shape::normalize_dim(d, rank))
+        .collect();
+    !dims.is_empty() && !last.is_one() && !reduced.contains(&(rank - 1))
 }
 
 #[cfg(test)]
@@ -323,5 +423,49 @@ mod tests {
         kiln_ir::verify(&g).unwrap();
         let f = Fused::from_tagged(&g).keep_f64_in_kernels();
         assert_eq!(f.kernel(ids[3]).map(|t| t.id), Some(0));
+    }
+
+    #[test]
+    fn a_column_reduction_stores_no_full_size_value_but_a_row_reduction_may() {
+        // %1 (read by another kernel) and its producer %0 leave the column reduction k0 for
+        // a pointwise kernel of their own; the row reduction k1 keeps its stored prologue
+        let text =
+            "graph @g(%x: f32[6,4], %y: f32[6,4]) -> (f32[4], f32[6,4], f32[6,1], f32[6,4]) {
+  %0 = mul %x, %y                          : f32[6,4]      # k0 reduction
+  %1 = exp %0                              : f32[6,4]      # k0 reduction
+  %2 = sum %1 {dims = [0], keepdim = false} : f32[4]        # k0 reduction
+  %3 = neg %1                              : f32[6,4]      # k2 pointwise
+  %4 = add %x, %y                          : f32[6,4]      # k1 reduction
+  %5 = sum %4 {dims = [1], keepdim = true} : f32[6,1]      # k1 reduction
+  return %2, %3, %5, %4
+}
+";
+        let g = kiln_ir::parse_graph(text).unwrap();
+        kiln_ir::verify(&g).unwrap();
+        let f = Fused::from_tagged(&g).store_outside_column_reductions();
+        let ids: Vec<NodeId> = f.graph.nodes().map(|(id, _)| id).collect();
+        let k = |i: usize| f.kernel(ids[i]).map(|t| (t.id, t.kind));
+        let moved = Some((3, GroupKind::Pointwise));
+        assert_eq!((k(2), k(3)), (moved, moved));
+        assert_eq!(k(4), Some((0, GroupKind::Reduction)));
+        assert_eq!(k(5), Some((2, GroupKind::Pointwise)));
+        assert_eq!(
+            (k(6), k(7)),
+            (
+                Some((1, GroupKind::Reduction)),
+                Some((1, GroupKind::Reduction))
+            )
+        );
+        // a column reduction whose full-size values are all its own stays whole
+        let own = "graph @g(%x: f32[6,4]) -> f32[4] {
+  %0 = exp %x                              : f32[6,4]      # k0 reduction
+  %1 = sum %0 {dims = [0], keepdim = false} : f32[4]        # k0 reduction
+  return %1
+}
+";
+        let g = kiln_ir::parse_graph(own).unwrap();
+        let f = Fused::from_tagged(&g).store_outside_column_reductions();
+        let ids: Vec<NodeId> = f.graph.nodes().map(|(id, _)| id).collect();
+        assert_eq!(f.kernel(ids[1]).map(|t| t.id), Some(0));
     }
 }

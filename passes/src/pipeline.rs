@@ -99,7 +99,7 @@ fn cheaper_greedy_walk(g: &Graph) -> (Fused, f64) {
     [greedy_fuse(g), greedy_fuse_any_operand(g)]
         .into_iter()
         .map(|f| {
-            let f = f.keep_f64_in_kernels();
+            let f = f.keep_f64_in_kernels().store_outside_column_reductions();
             let c = scheduled_cost(&f);
             (f, c)
         })
@@ -143,7 +143,10 @@ fn run_fuse(f: &Fused, o: &PassOptions) -> Result<Fused, PassError> {
     let report = &optimized.report;
     // the greedy candidate: the cheaper walk of the simplified graph
     let (greedy, c_greedy) = cheaper_greedy_walk(&optimized.simplified);
-    let extracted = optimized.extracted.keep_f64_in_kernels();
+    let extracted = optimized
+        .extracted
+        .keep_f64_in_kernels()
+        .store_outside_column_reductions();
     let c_egraph = scheduled_cost(&extracted);
     let (mut best, why) = if c_greedy < c_egraph {
         (
