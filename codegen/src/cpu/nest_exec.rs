@@ -29,7 +29,7 @@ const PARALLEL_MIN_COST: usize = 1 << 17;
 const BALANCE_MIN_COST: usize = 1 << 21;
 /// From this much estimated work on (about 50 µs on one core), a kernel wakes sleeping pool
 /// workers; below it, it is split only with workers still spinning after an earlier job,
-/// since a wake costs its caller 15 to 25 µs here (see [`pool::run`]).
+/// since a wake costs its caller some 10 µs here (see [`pool::run`]).
 const WAKE_MIN_COST: usize = 1 << 21;
 
 /// The estimated work of one point of `nest` (row values are once per row and not counted):
