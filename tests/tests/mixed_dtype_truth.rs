@@ -4,9 +4,10 @@
 //! the loop form compares f32 values, so such ops run eagerly there) and the interpreter
 //! agree, with values checked against torch's.
 
+use kiln::fuzz::Executor;
 use kiln::graph_exec::replay;
 use kiln::ir::text::parse_module;
-use kiln::{compile_with, Backend, CompileOptions, DType, Tensor};
+use kiln::{compile_with, DType, Tensor};
 
 const G: &str = "graph @g(%x: f32[4], %h: f16[2,4], %s: f64[]) -> (bool[2,4], bool[2,4], bool[2,4], bool[2,4], bool[2,4], bool[2,4]) {
   %0 = logical_or %x, %h : bool[2,4]
@@ -50,14 +51,8 @@ fn truth_and_order_in_the_promoted_dtype_match_torch_everywhere() {
         let w: Vec<bool> = w.iter().map(|v| *v == 1).collect();
         assert_eq!(bools(e), w, "eager output {i}");
     }
-    for opts in [
-        CompileOptions::default().backend(Backend::Cpu),
-        CompileOptions::default()
-            .backend(Backend::Cpu)
-            .fusion(false),
-        CompileOptions::default().backend(Backend::Interp),
-    ] {
-        let what = format!("{opts:?}");
+    for executor in [Executor::Cpu, Executor::CpuUnfused, Executor::Interp] {
+        let (what, opts) = (executor.name(), executor.options());
         let graph = g.clone();
         let f = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
         let got = f.call(&xs).unwrap();

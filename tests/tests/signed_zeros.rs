@@ -6,9 +6,10 @@
 //! cpu backend (fused and unfused) and the cuda backend (on the emulated device) agree to
 //! the bit, NaN as NaN.
 
+use kiln::fuzz::Executor;
 use kiln::graph_exec::replay;
 use kiln::ir::text::parse_module;
-use kiln::{compile_with, Backend, CompileOptions, Tensor};
+use kiln::{compile_with, Tensor};
 
 const G: &str = "graph @g(%x: f32[8], %y: f32[8]) -> (f32[8], f32[8], f32[8], f32[8], f32[8], f32[8], f32[8], f32[8]) {
   %0 = relu %x : f32[8]
@@ -50,15 +51,13 @@ fn assert_bits_everywhere(g: &kiln::Graph, xs: &[Tensor], want: &[Vec<u32>]) {
     for (i, (e, w)) in eager.iter().zip(want).enumerate() {
         assert_eq!(&bits(e), w, "eager output {i}");
     }
-    for opts in [
-        CompileOptions::default().backend(Backend::Cpu),
-        CompileOptions::default()
-            .backend(Backend::Cpu)
-            .fusion(false),
-        CompileOptions::default().backend(Backend::Interp),
-        CompileOptions::default().backend(Backend::Cuda),
+    for executor in [
+        Executor::Cpu,
+        Executor::CpuUnfused,
+        Executor::Interp,
+        Executor::Cuda,
     ] {
-        let what = format!("{opts:?}");
+        let (what, opts) = (executor.name(), executor.options());
         let graph = g.clone();
         let c = compile_with(move |xs: &[Tensor]| replay(&graph, xs), opts);
         for (i, (o, w)) in c.call(xs).unwrap().iter().zip(want).enumerate() {
