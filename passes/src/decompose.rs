@@ -385,7 +385,7 @@ fn compute_dtype(d: DType) -> DType {
 
 /// The reduced dims of a `dims` attribute on a tensor of rank `rank`, as the interpreter
 /// reads it: empty means all; on a 0-d tensor nothing is reduced.
-fn reduced_dims(dims: &[i64], rank: usize) -> Vec<usize> {
+pub(crate) fn reduced_dims(dims: &[i64], rank: usize) -> Vec<usize> {
     if dims.is_empty() {
         return (0..rank).collect();
     }

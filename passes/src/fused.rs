@@ -338,15 +338,11 @@ fn is_column_reduction(g: &Graph, id: NodeId) -> bool {
         return false;
     };
     let shape = g.node(*x).ty.shape.dims();
-    let rank = shape.len();
     let Some(last) = shape.last() else {
         return false;
     };
-    let reduced: Vec<usize> = dims
-        .iter()
-        .filter_map(|&d| kiln_ir::shape::normalize_dim(d, rank))
-        .collect();
-    !dims.is_empty() && !last.is_one() && !reduced.contains(&(rank - 1))
+    !last.is_one()
+        && !crate::decompose::reduced_dims(dims, shape.len()).contains(&(shape.len() - 1))
 }
 
 #[cfg(test)]

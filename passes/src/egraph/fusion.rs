@@ -57,19 +57,11 @@ pub(crate) fn folds_several_dims(op: &Op, input: &TensorType) -> bool {
         return false;
     };
     let shape = input.shape.dims();
-    let rank = shape.len();
-    let reduced: Vec<usize> = if dims.is_empty() {
-        (0..rank).collect()
-    } else {
-        let mut r: Vec<usize> = dims
-            .iter()
-            .filter_map(|&d| kiln_ir::shape::normalize_dim(d, rank))
-            .collect();
-        r.sort_unstable();
-        r.dedup();
-        r
-    };
-    reduced.iter().filter(|&&d| !shape[d].is_one()).count() > 1
+    crate::decompose::reduced_dims(dims, shape.len())
+        .iter()
+        .filter(|&&d| !shape[d].is_one())
+        .count()
+        > 1
 }
 
 /// The kernel kind of op `op` of a graph node reading `args` in `g`: its [`kind_of`], or
