@@ -2541,6 +2541,24 @@ fn reduction_chains(fusion: bool) {
             Tol::Reduce,
             &xs,
         );
+        // a bias gradient: the masked product is returned too, so fusion computes it in
+        // a pointwise kernel of its own and the column sum reads it (with its epilogue)
+        check(
+            &mut r,
+            &format!("a column sum of a value also returned {shape:?}"),
+            |x: &[Tensor]| {
+                let p = x[0].mul(&x[3].gt(0.0)?.cast(DType::F32)?)?;
+                let g = p.sum(&[0], false)?;
+                Ok(vec![
+                    p.exp()?,
+                    p.clone(),
+                    x[2].sub(&g.mul(0.1)?)?,
+                    g.mul(&g)?.mul(0.001)?,
+                ])
+            },
+            Tol::Reduce,
+            &xs,
+        );
         check(
             &mut r,
             &format!("a row value shared by several consumers {shape:?}"),
