@@ -9,8 +9,8 @@ mod error;
 pub mod logging;
 pub mod loops;
 pub mod matmul_group;
-mod options;
+pub(crate) mod options;
 pub mod profile;
 
 pub use error::CodegenError;
-pub use options::{ClifOpt, CodegenOptions};
+pub use options::{ClifOpt, CodegenOptions, TierPolicy, C_TIER_AFTER_MS};

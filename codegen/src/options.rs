@@ -37,6 +37,42 @@ impl ClifOpt {
     }
 }
 
+/// Which code the CPU backend's loop-nest kernels run (see `cpu::c_tier`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TierPolicy {
+    /// Cranelift code from the first call; a kernel whose calls have taken
+    /// [`CodegenOptions::c_tier_after`] is rebuilt by the C compiler in the background and
+    /// swapped in when ready (the default)
+    #[default]
+    Auto,
+    /// Cranelift code only
+    CraneliftOnly,
+    /// every kernel built by the C compiler at its first call, which waits for it (like
+    /// `max-autotune`: slow first calls, full speed at once); Cranelift where that fails
+    CUpFront,
+}
+
+impl TierPolicy {
+    /// The name `KILN_TIER` takes: `auto`, `cranelift` or `c`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TierPolicy::Auto => "auto",
+            TierPolicy::CraneliftOnly => "cranelift",
+            TierPolicy::CUpFront => "c",
+        }
+    }
+
+    /// The policy of a `KILN_TIER` name.
+    pub fn parse(s: &str) -> Option<TierPolicy> {
+        Some(match s {
+            "auto" => TierPolicy::Auto,
+            "cranelift" => TierPolicy::CraneliftOnly,
+            "c" => TierPolicy::CUpFront,
+            _ => return None,
+        })
+    }
+}
+
 /// The CPU backend's code generation options (part of every kernel's cache key).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CodegenOptions {
@@ -60,7 +96,18 @@ pub struct CodegenOptions {
     pub clif_opt: ClifOpt,
     /// print each compiled kernel's machine code to stderr; `KILN_ASM`
     pub print_asm: bool,
+    /// which tier loop-nest kernels run; `KILN_TIER` (`auto`, `cranelift`, `c`)
+    pub tier: TierPolicy,
+    /// under [`TierPolicy::Auto`], the time a kernel's calls take in all before it is
+    /// queued for the C tier; `KILN_C_TIER_AFTER_MS`
+    pub c_tier_after: std::time::Duration,
+    /// the C tier's on-disk cache (`None`: `KILN_CACHE_DIR`, else the user's cache
+    /// directory; see `cpu::c_tier::cache::Cache::default_dir`)
+    pub cache_dir: Option<std::path::PathBuf>,
 }
+
+/// The default of [`CodegenOptions::c_tier_after`], in milliseconds.
+pub const C_TIER_AFTER_MS: u64 = 20;
 
 impl Default for CodegenOptions {
     fn default() -> Self {
@@ -72,6 +119,9 @@ impl Default for CodegenOptions {
             cuts: true,
             clif_opt: ClifOpt::None,
             print_asm: false,
+            tier: TierPolicy::Auto,
+            c_tier_after: std::time::Duration::from_millis(C_TIER_AFTER_MS),
+            cache_dir: None,
         }
     }
 }
@@ -99,6 +149,14 @@ impl CodegenOptions {
                 .and_then(|v| ClifOpt::parse(&v))
                 .unwrap_or(d.clif_opt),
             print_asm: set("KILN_ASM"),
+            tier: var("KILN_TIER")
+                .and_then(|v| TierPolicy::parse(&v))
+                .unwrap_or(d.tier),
+            c_tier_after: var("KILN_C_TIER_AFTER_MS")
+                .and_then(|v| v.parse().ok())
+                .map(std::time::Duration::from_millis)
+                .unwrap_or(d.c_tier_after),
+            cache_dir: d.cache_dir,
         }
     }
 }

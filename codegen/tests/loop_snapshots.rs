@@ -6,7 +6,7 @@
 //! epilogue nest, or the eager kernels) and so covers the epilogues. Every corpus graph must
 //! also give Cranelift IR (`describe(_, true)`) without an error.
 
-use kiln_codegen::cpu::dump::describe;
+use kiln_codegen::cpu::dump::{describe, NestText};
 use kiln_codegen::loops::lower_kernel;
 use kiln_ir::text::parse_module;
 use kiln_ir::Graph;
@@ -83,7 +83,7 @@ fn described(stem: &str) -> String {
     let mut out = String::new();
     for g in corpus_file(stem) {
         let s = scheduled(&g);
-        let text = describe(&s, false, &Default::default())
+        let text = describe(&s, NestText::Loops, &Default::default())
             .unwrap_or_else(|e| panic!("@{}: {e}", g.name()));
         let _ = writeln!(out, "## @{}\n{text}", g.name());
     }
@@ -155,14 +155,14 @@ fn every_corpus_graph_gives_cranelift_ir() {
     for stem in corpus_stems() {
         for g in corpus_file(&stem) {
             let s = scheduled(&g);
-            let clif = describe(&s, true, &Default::default())
+            let clif = describe(&s, NestText::Clif, &Default::default())
                 .unwrap_or_else(|e| panic!("{stem}.kir @{}: describe(clif) failed: {e}", g.name()));
             assert!(
                 !clif.trim().is_empty(),
                 "{stem}.kir @{}: empty Cranelift IR description",
                 g.name()
             );
-            let nests = describe(&s, false, &Default::default())
+            let nests = describe(&s, NestText::Loops, &Default::default())
                 .unwrap_or_else(|e| panic!("{stem}.kir @{}: describe failed: {e}", g.name()));
             assert!(!nests.trim().is_empty(), "{stem}.kir @{}", g.name());
             checked += 1;
@@ -176,7 +176,7 @@ fn every_corpus_graph_gives_cranelift_ir() {
 #[test]
 fn clif_names_fitted_chains() {
     let g = &corpus_file("tiny_workload")[0];
-    let clif = describe(&scheduled(g), true, &Default::default()).expect("describes");
+    let clif = describe(&scheduled(g), NestText::Clif, &Default::default()).expect("describes");
     let line = clif
         .lines()
         .find(|l| l.starts_with("; v30 = P(v5): 17 steps as one polynomial of degree "))

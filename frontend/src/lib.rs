@@ -43,7 +43,11 @@ pub use kiln_runtime::{allocator_stats, empty_cache, reset_peak_stats, AllocStat
 pub use operand::Operand;
 pub use tensor::Tensor;
 
+/// The C tier's state: each kernel's tier, and waiting for queued kernels.
+pub use kiln_codegen::cpu::c_tier::{tiers, wait_for_c_tier, Tier};
 /// Per-kernel timing of compiled CPU code (`KILN_PROFILE=1`, `kiln bench --profile`).
 pub use kiln_codegen::profile;
+/// Which code the cpu backend's kernels run (see [`CompileOptions::tier`]).
+pub use kiln_codegen::TierPolicy;
 /// The IR crate, for building, printing and interpreting graphs.
 pub use kiln_ir as ir;

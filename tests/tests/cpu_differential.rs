@@ -5,8 +5,9 @@
 //! not multiples of the vector width, non-contiguous inputs (transposed views, step-2
 //! slices, expanded broadcasts, offset windows) and symbolic dims.
 //!
-//! Every case runs twice: once with fusion on (`fused::*`) and once with every op its own
-//! kernel (`unfused::*`). Each test compiles its function once per input shape (cpu and
+//! Every case runs three times: with fusion on (`fused::*`) and with every op its own kernel
+//! (`unfused::*`), both on Cranelift code, and with fusion on and every kernel built by the
+//! C compiler (`c_tier::*`, the C tier up front; Cranelift where it does not take a kernel). Each test compiles its function once per input shape (cpu and
 //! interpreter backends) and calls it on several layouts of inputs; the compiled result is
 //! compared with eager, and both with the interpreter, within a tolerance that depends on the
 //! kind of computation (see [`Tol`]). A test collects every mismatch before failing, so that
@@ -22,7 +23,9 @@ mod graph_gen;
 use graph_gen::{arb_graph_with, GenConfig};
 use kiln::graph_exec::replay;
 use kiln::ir::{Arg, BinaryOp, DTypeRule, Domain, NodeId, Op, OpInfo, UnaryOp};
-use kiln::{compile_with, Backend, CompileOptions, DType, Dynamic, Graph, Result, Tensor};
+use kiln::{
+    compile_with, Backend, CompileOptions, DType, Dynamic, Graph, Result, Tensor, TierPolicy,
+};
 use kiln_tests::{binary_suite, unary_suite};
 use proptest::test_runner::TestCaseError;
 use std::collections::HashSet;
@@ -314,9 +317,10 @@ impl Report {
         assert!(self.checks > 0, "{}: nothing was checked", self.test);
         if !self.failures.is_empty() {
             panic!(
-                "{} (fusion {}): {} mismatches in {} checks:\n  {}",
+                "{} (fusion {}, tier {}): {} mismatches in {} checks:\n  {}",
                 self.test,
                 if self.fusion { "on" } else { "off" },
+                TIER.with(|t| t.get()).name(),
                 self.failures.len(),
                 self.checks,
                 self.failures.join("\n  ")
@@ -325,11 +329,23 @@ impl Report {
     }
 }
 
+thread_local! {
+    /// The tier the current test's cpu functions run (each test has its own thread).
+    static TIER: std::cell::Cell<TierPolicy> = const { std::cell::Cell::new(TierPolicy::CraneliftOnly) };
+}
+
+/// Runs `f` with the cpu functions it compiles on `tier`.
+fn with_tier(tier: TierPolicy, f: impl FnOnce()) {
+    TIER.with(|t| t.set(tier));
+    f();
+}
+
 fn cpu_options(fusion: bool) -> CompileOptions {
     CompileOptions::default()
         .backend(Backend::Cpu)
         .fusion(fusion)
         .fullgraph(true)
+        .tier(TIER.with(|t| t.get()))
 }
 
 fn interp_options() -> CompileOptions {
@@ -424,11 +440,12 @@ fn all_shapes() -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// Generates `fused::NAME` and `unfused::NAME` tests calling `NAME(true)` and
-/// `NAME(false)`. Attributes before a name apply to both; `fused: #[...]` or
-/// `unfused: #[...]` after it to one of them (a failure known in one mode only).
+/// Generates `fused::NAME`, `unfused::NAME` and `c_tier::NAME` tests calling `NAME(true)`,
+/// `NAME(false)` and `NAME(true)` on the C tier. Attributes before a name apply to all;
+/// `fused: #[...]`, `unfused: #[...]` or `c_tier: #[...]` after it to one of them (a failure
+/// known in one mode only).
 macro_rules! fused_and_unfused {
-    ($($(#[$attr:meta])* $name:ident $(fused: #[$f:meta])? $(unfused: #[$u:meta])?),* $(,)?) => {
+    ($($(#[$attr:meta])* $name:ident $(fused: #[$f:meta])? $(unfused: #[$u:meta])? $(c_tier: #[$c:meta])?),* $(,)?) => {
         /// Every case with fusion on.
         mod fused {
             $( $(#[$attr])* $(#[$f])? #[test] fn $name() { super::$name(true) } )*
@@ -436,6 +453,12 @@ macro_rules! fused_and_unfused {
         /// Every case with every op its own kernel.
         mod unfused {
             $( $(#[$attr])* $(#[$u])? #[test] fn $name() { super::$name(false) } )*
+        }
+        /// Every case with fusion on, each kernel built by the C compiler (the C tier).
+        mod c_tier {
+            $( $(#[$attr])* $(#[$c])? #[test] fn $name() {
+                super::with_tier(kiln::TierPolicy::CUpFront, || super::$name(true))
+            } )*
         }
     };
 }

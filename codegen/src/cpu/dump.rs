@@ -1,5 +1,5 @@
-//! The text of the CPU backend's stages: loop nests (`kiln dump --stage loops`) and
-//! Cranelift IR (`--stage clif`), kernel by kernel.
+//! The text of the CPU backend's stages: loop nests (`kiln dump --stage loops`),
+//! Cranelift IR (`--stage clif`) and the C tier's source (`--stage c`), kernel by kernel.
 
 use super::chain_fits::chain_fits;
 use super::emit::{row_group, InnerAccess, Spec};
@@ -36,13 +36,39 @@ pub fn default_spec(nest: &LoopNest, opts: &CodegenOptions) -> Spec {
     }
 }
 
-/// The loop nests (or, with `clif`, the Cranelift IR at [`default_spec`]) of every kernel
-/// of a schedule, each after a comment line saying how the kernel runs.
-pub fn describe(s: &Schedule, clif: bool, opts: &CodegenOptions) -> Result<String, CodegenError> {
+/// Which text of each kernel [`describe`] prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NestText {
+    /// the loop nest
+    Loops,
+    /// the Cranelift IR at [`default_spec`]
+    Clif,
+    /// the C tier's source at [`default_spec`], for the host's vector width
+    C,
+}
+
+/// The loop nests (or their Cranelift IR, or their C source, at [`default_spec`]) of every
+/// kernel of a schedule, each after a comment line saying how the kernel runs.
+pub fn describe(
+    s: &Schedule,
+    text: NestText,
+    opts: &CodegenOptions,
+) -> Result<String, CodegenError> {
     let plan = CpuPlan::with_options(s, opts)?;
     let mut out = String::new();
     let show = |out: &mut String, nest: &LoopNest| -> Result<(), CodegenError> {
-        if clif {
+        if text == NestText::C {
+            let spec = default_spec(nest, opts);
+            let _ = writeln!(out, "/* {} at {:?} */", nest.name, spec);
+            match super::c_tier::source::c_source(nest, &spec, super::c_tier::source::Lanes::host())
+            {
+                Ok(src) => out.push_str(&src),
+                Err(why) => {
+                    let _ = writeln!(out, "/* not taken by the C tier: {why} */");
+                }
+            }
+            out.push('\n');
+        } else if text == NestText::Clif {
             let spec = default_spec(nest, opts);
             let _ = writeln!(out, "; {} at {:?}", nest.name, spec);
             let fits = chain_fits(nest, &value_ranges(&nest.body), host_fma(), opts.chain_fits);

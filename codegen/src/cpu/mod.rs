@@ -2,6 +2,7 @@
 //! tensors by [`nest_exec`]; GEMM kernels with generated epilogues and an eager fallback
 //! ([`kernels`]); the compiled program over an arena of buffers ([`plan`]).
 
+pub mod c_tier;
 mod chain_fits;
 pub(crate) mod const_pool;
 mod cost;

@@ -4,9 +4,10 @@
 //! few long rows, the inner range) split across the kernel pool's threads when the work,
 //! estimated from the body's operations, is worth it.
 
+use super::c_tier::TieredFn;
 use super::chain_fits::chain_fits;
 use super::emit::{row_group, InnerAccess, Spec};
-use super::jit::{compile, host_fma, KernelFn};
+use super::jit::{compile, host_fma};
 use super::pool;
 use crate::error::CodegenError;
 use crate::loops::{value_ranges, Expr, LoopNest};
@@ -57,7 +58,7 @@ pub struct NestKernel {
     cost: usize,
     /// true when the inner dim may merge with outer dims (no per-row values)
     flat: bool,
-    compiled: Mutex<HashMap<Spec, KernelFn>>,
+    compiled: Mutex<HashMap<Spec, Arc<TieredFn>>>,
     /// the layout of the last call, reused while the tensors' shapes and strides repeat
     last: Mutex<Option<Arc<CallLayout>>>,
     /// how its specialisations are generated
@@ -74,7 +75,7 @@ struct CallLayout {
     /// per tensor, the shape and strides it was made for
     key: Vec<TensorLayout>,
     keep_inner: bool,
-    f: KernelFn,
+    f: Arc<TieredFn>,
     strides: Vec<i64>,
     sizes: Vec<i64>,
     rows: usize,
@@ -108,7 +109,7 @@ impl PreparedCall {
         // element is in bounds (their layouts were checked when they were made); outputs
         // are buffers this plan owns, written at distinct indices by distinct calls.
         unsafe {
-            (self.layout.f)(
+            self.layout.f.call(
                 self.ptrs.as_ptr() as *const *mut u8,
                 self.layout.strides.as_ptr(),
                 self.layout.sizes.as_ptr(),
@@ -222,14 +223,20 @@ impl NestKernel {
             .collect()
     }
 
-    /// The kernel for `spec`, compiled on first use.
-    pub(crate) fn kernel(&self, spec: &Spec) -> Result<KernelFn, CodegenError> {
+    /// The kernel for `spec`, compiled by Cranelift on first use (and by the C compiler
+    /// when the tier policy says so: see `cpu::c_tier`).
+    pub(crate) fn kernel(&self, spec: &Spec) -> Result<Arc<TieredFn>, CodegenError> {
         if let Some(f) = self.compiled.lock().get(spec) {
-            return Ok(*f);
+            return Ok(Arc::clone(f));
         }
-        let f = compile(&self.nest, spec)?;
-        self.compiled.lock().insert(spec.clone(), f);
+        let f = TieredFn::new(compile(&self.nest, spec)?, &self.nest, spec);
+        self.compiled.lock().insert(spec.clone(), Arc::clone(&f));
         Ok(f)
+    }
+
+    /// The tiers of this kernel's specialisations compiled so far.
+    pub fn tiers(&self) -> Vec<super::c_tier::Tier> {
+        self.compiled.lock().values().map(|t| t.tier()).collect()
     }
 
     /// The loop sizes at these tensors (`None` if a size cannot be found or a loop is

@@ -106,7 +106,7 @@ fn passes_tour() -> Result<(), CliError> {
         "{}",
         kiln_codegen::cpu::dump::describe(
             &schedule,
-            false,
+            kiln_codegen::cpu::dump::NestText::Loops,
             &kiln_codegen::CodegenOptions::from_env()
         )
         .map_err(|e| e.to_string())?

@@ -21,7 +21,7 @@ fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
         return Ok(());
     }
     let pipeline = match stage {
-        Stage::Loops | Stage::Clif | Stage::Cuda | Stage::Ptx => "scheduled",
+        Stage::Loops | Stage::Clif | Stage::C | Stage::Cuda | Stage::Ptx => "scheduled",
         s => s.name(),
     };
     let passes = stage_passes(pipeline).ok_or("unknown stage")?;
@@ -51,12 +51,18 @@ fn print_stage(graphs: &[kiln::Graph], stage: Stage) -> Result<(), CliError> {
             let s = kiln_passes::schedule::schedule(g)?;
             print!("{}", kiln_codegen::cuda::dump::describe(&s));
         }
-    } else if matches!(stage, Stage::Loops | Stage::Clif) {
+    } else if matches!(stage, Stage::Loops | Stage::Clif | Stage::C) {
+        use kiln_codegen::cpu::dump::NestText;
+        let text = match stage {
+            Stage::Clif => NestText::Clif,
+            Stage::C => NestText::C,
+            _ => NestText::Loops,
+        };
         for g in &out {
             let s = kiln_passes::schedule::schedule(g)?;
             let codegen = kiln_codegen::CodegenOptions::from_env();
-            let text = kiln_codegen::cpu::dump::describe(&s, stage == Stage::Clif, &codegen)
-                .map_err(|e| e.to_string())?;
+            let text =
+                kiln_codegen::cpu::dump::describe(&s, text, &codegen).map_err(|e| e.to_string())?;
             print!("{text}");
         }
     } else {

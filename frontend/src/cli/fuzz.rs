@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 /// Which compiled backends `kiln fuzz` compares with eager.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum FuzzBackend {
-    /// the cpu backend fused and unfused, and the interpreter backend
+    /// the cpu backend fused and unfused (Cranelift code), the C tier and the automatic
+    /// tier switch (every `--c-tier-every`th graph), and the interpreter backend
     Cpu,
     /// the cuda backend (the emulated device unless `KILN_CUDA_DEVICE` is set), small graphs
     Cuda,
@@ -38,6 +39,10 @@ pub struct FuzzArgs {
     /// compare gradients too (the sum of the first output, through compiled training)
     #[arg(long)]
     pub grad: bool,
+    /// check the C tier (every kernel built by the C compiler) and the automatic switch to
+    /// it on every this many graphs (0: never): each kernel is a C compiler run
+    #[arg(long, default_value_t = 8)]
+    pub c_tier_every: u64,
     /// the most candidate ops per graph
     #[arg(long, default_value_t = 12)]
     pub max_steps: usize,
@@ -81,6 +86,9 @@ pub fn fuzz(a: &FuzzArgs) -> Result<(), CliError> {
         let seed = a.seed.wrapping_add(graphs);
         let recipe = Recipe::random(seed, a.max_steps, true, true);
         let mut executors = cpu.to_vec();
+        if !cpu.is_empty() && a.c_tier_every > 0 && seed % a.c_tier_every == 0 {
+            executors.extend([Executor::CpuC, Executor::CpuTiered]);
+        }
         if cuda && (cpu.is_empty() || seed % CUDA_EVERY == 0) {
             executors.push(Executor::Cuda);
         }

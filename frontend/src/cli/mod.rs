@@ -120,6 +120,8 @@ pub enum Stage {
     Loops,
     /// the Cranelift IR of each generated kernel
     Clif,
+    /// the C tier's source of each generated kernel (full-width vectors, `cc -O3`)
+    C,
     /// the CUDA C of each kernel group with a loop nest
     Cuda,
     /// the PTX NVRTC makes of that CUDA C (needs NVRTC: see scripts/fetch-cuda-tools.sh)
@@ -138,6 +140,7 @@ impl Stage {
             Stage::Partition => "partition",
             Stage::Loops => "loops",
             Stage::Clif => "clif",
+            Stage::C => "c",
             Stage::Cuda => "cuda",
             Stage::Ptx => "ptx",
         }

@@ -1,6 +1,6 @@
 //! `KILN_LOGS`: what the compiler prints as it works, like `TORCH_LOGS`.
 //!
-//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes,code,rules,partition` (or `all`) turns categories on; each event
+//! `KILN_LOGS=graphs,guards,recompiles,breaks,passes,code,rules,partition,tiers` (or `all`) turns categories on; each event
 //! is a `tracing` event with target `kiln::<category>`. When the variable is set and the
 //! program has no `tracing` subscriber, kiln installs one that writes to stderr.
 
@@ -27,10 +27,12 @@ pub enum LogCategory {
     Rules,
     /// what each forward/backward partition saves and recomputes (compiled training)
     Partition,
+    /// each kernel the C tier takes (or leaves on Cranelift), with why and how long it took
+    Tiers,
 }
 
 impl LogCategory {
-    const ALL: [LogCategory; 8] = [
+    const ALL: [LogCategory; 9] = [
         LogCategory::Graphs,
         LogCategory::Guards,
         LogCategory::Recompiles,
@@ -39,6 +41,7 @@ impl LogCategory {
         LogCategory::Code,
         LogCategory::Rules,
         LogCategory::Partition,
+        LogCategory::Tiers,
     ];
 
     /// The name used in `KILN_LOGS`.
@@ -52,6 +55,7 @@ impl LogCategory {
             LogCategory::Code => "code",
             LogCategory::Rules => "rules",
             LogCategory::Partition => "partition",
+            LogCategory::Tiers => "tiers",
         }
     }
 }

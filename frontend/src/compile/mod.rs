@@ -138,6 +138,23 @@ impl CompileOptions {
         self
     }
 
+    /// Which code the cpu backend's loop-nest kernels run: Cranelift code with hot kernels
+    /// rebuilt by the C compiler in the background ([`crate::TierPolicy::Auto`], the
+    /// default),
+    /// Cranelift only, or every kernel built by the C compiler at its first call
+    /// ([`crate::TierPolicy::CUpFront`]). `KILN_TIER` sets the default.
+    pub fn tier(mut self, tier: kiln_codegen::TierPolicy) -> Self {
+        self.codegen.tier = tier;
+        self
+    }
+
+    /// Under the automatic tier policy, the time a kernel's calls take in all before the C
+    /// compiler rebuilds it (`KILN_C_TIER_AFTER_MS` sets the default).
+    pub fn c_tier_after(mut self, after: std::time::Duration) -> Self {
+        self.codegen.c_tier_after = after;
+        self
+    }
+
     /// Turns fusion on or off (off: every op is its own kernel).
     pub fn fusion(mut self, fusion: bool) -> Self {
         self.fusion = fusion;

@@ -13,7 +13,7 @@ pub mod regression;
 
 use crate::compile::{compile_with, Backend, CompileOptions};
 use crate::graph_exec::{replay, replay_with, run_graph};
-use crate::{Result, Tensor};
+use crate::{Result, Tensor, TierPolicy};
 use inputs::{make_inputs, InputSpec};
 use kiln_ir::ops::derivative::differentiable;
 use kiln_ir::{Arg, BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
@@ -24,8 +24,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// Who computes a graph's outputs besides eager (the reference).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Executor {
-    /// `kiln::compile` with the cpu backend (fusion on)
+    /// `kiln::compile` with the cpu backend (fusion on), Cranelift code only
     Cpu,
+    /// the cpu backend with every kernel built by the C compiler up front (the C tier)
+    CpuC,
+    /// the cpu backend with the automatic tier switch after the first call of each kernel
+    /// (a kernel runs Cranelift code until its C code is ready, then the C code)
+    CpuTiered,
     /// `kiln::compile` with the cpu backend, every op its own kernel
     CpuUnfused,
     /// `kiln::compile` with the interpreter backend (f64 inside: see
@@ -40,6 +45,8 @@ impl Executor {
     pub fn name(self) -> &'static str {
         match self {
             Executor::Cpu => "cpu",
+            Executor::CpuC => "cpu-c",
+            Executor::CpuTiered => "cpu-tiered",
             Executor::CpuUnfused => "cpu-unfused",
             Executor::Interp => "interp",
             Executor::Cuda => "cuda",
@@ -50,6 +57,8 @@ impl Executor {
     pub fn parse(s: &str) -> Option<Executor> {
         [
             Executor::Cpu,
+            Executor::CpuC,
+            Executor::CpuTiered,
             Executor::CpuUnfused,
             Executor::Interp,
             Executor::Cuda,
@@ -62,8 +71,16 @@ impl Executor {
     pub fn options(self) -> CompileOptions {
         let o = CompileOptions::default().name("fuzz");
         match self {
-            Executor::Cpu => o.backend(Backend::Cpu),
-            Executor::CpuUnfused => o.backend(Backend::Cpu).fusion(false),
+            Executor::Cpu => o.backend(Backend::Cpu).tier(TierPolicy::CraneliftOnly),
+            Executor::CpuC => o.backend(Backend::Cpu).tier(TierPolicy::CUpFront),
+            Executor::CpuTiered => o
+                .backend(Backend::Cpu)
+                .tier(TierPolicy::Auto)
+                .c_tier_after(std::time::Duration::ZERO),
+            Executor::CpuUnfused => o
+                .backend(Backend::Cpu)
+                .fusion(false)
+                .tier(TierPolicy::CraneliftOnly),
             Executor::Interp => o.backend(Backend::Interp),
             Executor::Cuda => o.backend(Backend::Cuda),
         }

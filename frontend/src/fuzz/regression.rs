@@ -76,10 +76,13 @@ pub fn write(dir: &Path, name: &str, g: &Graph, d: &Divergence, origin: &str) ->
         Executor::Cuda => "cuda",
         _ => "cpu",
     };
-    let unfused = if d.executor == Executor::CpuUnfused {
-        " --unfused"
-    } else {
-        ""
+    // the environment a replay of the outputs needs to run the same tier
+    let (tier, unfused) = match d.executor {
+        Executor::CpuUnfused => ("KILN_TIER=cranelift ", " --unfused"),
+        Executor::Cpu => ("KILN_TIER=cranelift ", ""),
+        Executor::CpuC => ("KILN_TIER=c ", ""),
+        Executor::CpuTiered => ("KILN_TIER=auto KILN_C_TIER_AFTER_MS=0 ", ""),
+        Executor::Interp | Executor::Cuda => ("", ""),
     };
     let mut text = String::new();
     for line in format!("{origin}: {d}").lines() {
@@ -97,7 +100,7 @@ pub fn write(dir: &Path, name: &str, g: &Graph, d: &Divergence, origin: &str) ->
     // of the first output through compiled training, so only forward cases get this line
     if !d.grad {
         text.push_str(&format!(
-            "# outputs: cargo run --release -- run {} --inputs {} --backend {backend}{unfused}\n",
+            "# outputs: {tier}cargo run --release -- run {} --inputs {} --backend {backend}{unfused}\n",
             kir.display(),
             st.display()
         ));

@@ -471,6 +471,7 @@ fn error_row(name: &str, backend: Backend, shape: &[usize], error: String) -> Ro
         rel_error: None,
         tolerance: 1e-4,
         graphs: None,
+        tiers: None,
         error: Some(error),
         throughput: None,
         kind: "forward",
@@ -536,6 +537,7 @@ fn row(
     }
     r.fraction_of_limit = limit.map(|l| achieved / l);
     r.compile_ms = Some(m.compile_ms);
+    r.tiers = m.tiers;
     r.throughput = model.items().map(|(per_call, unit)| Throughput {
         unit,
         per_call,

@@ -107,6 +107,10 @@ pub struct Row {
     pub tolerance: f64,
     /// graphs compiled (more than one means graph breaks)
     pub graphs: Option<u64>,
+    /// the cpu backend's tiers in the timed calls: how many kernel specialisations ran C
+    /// code and how many Cranelift code, and how long after the first call the last queued
+    /// kernel was swapped in (steady state; `None` on other backends)
+    pub tiers: Option<TierSummary>,
     /// why the row has no times
     pub error: Option<String>,
     /// items per second for workloads that count items (minilm: sentences)
@@ -250,12 +254,32 @@ impl Report {
             }
         }
         for r in &self.results {
+            if let Some(t) = &r.tiers {
+                out.push_str(&format!(
+                    "tiers: {}: {} kernels on C, {} on Cranelift; full speed {:.0} ms after the \
+                     first call\n",
+                    r.workload, t.c_kernels, t.cranelift_kernels, t.full_speed_ms
+                ));
+            }
+        }
+        for r in &self.results {
             if let Some(e) = &r.error {
                 out.push_str(&format!("error: {} ({}): {e}\n", r.workload, r.backend));
             }
         }
         out
     }
+}
+
+/// The C tier's share of a workload's kernels (see [`Row::tiers`]).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct TierSummary {
+    /// kernel specialisations running C code
+    pub c_kernels: usize,
+    /// kernel specialisations running Cranelift code
+    pub cranelift_kernels: usize,
+    /// from the first compiled call until no kernel was queued for the C tier, ms
+    pub full_speed_ms: f64,
 }
 
 /// A row's table cells, in the header's order.
@@ -366,6 +390,7 @@ mod tests {
             rel_error: verified.then_some(0.0),
             tolerance: 1e-4,
             graphs: verified.then_some(1),
+            tiers: None,
             error: (!verified).then(|| "output 0 differs".to_string()),
             throughput: verified.then_some(Throughput {
                 unit: "sentences",

@@ -113,6 +113,8 @@ pub struct Measured {
     pub eager_peak_bytes: usize,
     /// peak bytes of one compiled call above those held before the first compiled call
     pub compiled_peak_bytes: usize,
+    /// the cpu backend's tiers once at steady state
+    pub tiers: Option<super::report::TierSummary>,
 }
 
 /// The tolerance of the compiled-vs-eager check: relative L2 `1e-4`, and `1e-3` for
@@ -152,6 +154,13 @@ pub fn measure(
         eager(inputs).map(drop)
     })?;
     let compiled_peak_bytes = peak_above(before_compile, || compiled.call(inputs).map(drop))?;
+    let tiers = if backend == Backend::Cpu {
+        Some(steady_state(budget, start, || {
+            compiled.call(inputs).map(drop)
+        })?)
+    } else {
+        None
+    };
 
     let (eager_t, compiled_t) = alternate(
         budget,
@@ -166,6 +175,32 @@ pub fn measure(
         graphs: compiled.stats().compiles,
         eager_peak_bytes,
         compiled_peak_bytes,
+        tiers,
+    })
+}
+
+/// Runs `call` for up to a second (less with a smaller budget) so that hot kernels pass
+/// the C tier's threshold, then waits until none is queued (two minutes at most): the
+/// timed calls then see the steady state. Returns the kernels' tiers and the time from
+/// `first_call` until then.
+pub fn steady_state<E>(
+    budget: Budget,
+    first_call: Instant,
+    mut call: impl FnMut() -> Result<(), E>,
+) -> Result<super::report::TierSummary, E> {
+    let warm = Instant::now();
+    let secs = budget.min_secs.clamp(0.05, 1.0);
+    while warm.elapsed().as_secs_f64() < secs {
+        call()?;
+    }
+    kiln::wait_for_c_tier(std::time::Duration::from_secs(120));
+    let full_speed_ms = first_call.elapsed().as_secs_f64() * 1e3;
+    let tiers = kiln::tiers();
+    let c_kernels = tiers.iter().filter(|(_, t, _)| *t == kiln::Tier::C).count();
+    Ok(super::report::TierSummary {
+        c_kernels,
+        cranelift_kernels: tiers.len() - c_kernels,
+        full_speed_ms,
     })
 }
 

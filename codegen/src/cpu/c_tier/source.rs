@@ -1,0 +1,911 @@
+//! Loop nest to C: the source of a kernel for the C tier.
+//!
+//! The function has the signature of every generated kernel ([`super::super::jit::KernelFn`])
+//! and walks the same rows and phases as the Cranelift code (`cpu/emit.rs`), at the host's
+//! full vector width: each value of the inner loop is a GCC/Clang vector of [`Lanes`] f32
+//! lanes (`kf`; bools as `ki` masks, f64 values as `kd`), the loop body is emitted `U` times
+//! per iteration so that each reduction has `U` independent accumulators, and the last
+//! partial vector of a row runs the same body on lanes loaded one by one, its reductions
+//! masked to the lanes that exist. Row values are C scalars, computed by the same vector
+//! routines on a broadcast operand. The transcendental functions are kiln's own
+//! polynomials (`kiln_math.h`, a port of `cpu/math.rs` with the same error bounds); no
+//! compiler flag changes NaN or infinity semantics.
+//!
+//! Sums accumulate in f64, as the Cranelift tier and eager do; max and min propagate NaN.
+
+use crate::cpu::emit::{InnerAccess, Spec};
+use crate::loops::{Expr, LoopNest, Phase, ScalarType, ValueId};
+use kiln_ir::{BinaryOp, DType, DTypeRule, ReduceOp, UnaryOp};
+use std::fmt::Write;
+
+/// The vector width the C tier compiles for: f32 lanes per vector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lanes(pub usize);
+
+impl Lanes {
+    /// The host's widest f32 vector: 16 lanes with AVX-512, 8 with AVX2, else 4.
+    pub fn host() -> Lanes {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Lanes(16);
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Lanes(8);
+            }
+        }
+        Lanes(4)
+    }
+}
+
+/// The name of the kernel function in every generated source.
+pub const SYMBOL: &str = "kiln_kernel";
+
+/// kiln's vector math routines in C (the port of `cpu/math.rs`).
+const MATH_H: &str = include_str!("kiln_math.h");
+
+/// The C source of `nest` specialised for `spec`, at `lanes` f32 lanes per vector, or why
+/// the C tier does not take it (the kernel then stays on its Cranelift code).
+pub fn c_source(nest: &LoopNest, spec: &Spec, lanes: Lanes) -> Result<String, String> {
+    if spec.access.len() != nest.buffers.len() {
+        return Err("the specialisation does not match the buffers".into());
+    }
+    for b in &nest.buffers {
+        if !matches!(b.dtype, DType::F32 | DType::Bool) {
+            return Err(format!("buffer {} is {}", b.name, b.dtype));
+        }
+    }
+    let mut w = Writer {
+        nest,
+        spec,
+        out: String::new(),
+        reduce_copies: 4,
+    };
+    w.preamble(lanes);
+    w.function()?;
+    Ok(w.out)
+}
+
+struct Writer<'a> {
+    nest: &'a LoopNest,
+    spec: &'a Spec,
+    out: String,
+    /// body copies per vector iteration in loops that reduce
+    reduce_copies: usize,
+}
+
+/// How a body copy reads and writes: whole vectors, or the first `n` lanes of one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Whole,
+    Partial,
+}
+
+/// A C literal of type float for `c`.
+fn f32_lit(c: f64) -> String {
+    let x = c as f32;
+    if x.is_nan() {
+        "NAN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "INFINITY" } else { "(-INFINITY)" }.into()
+    } else {
+        format!("{x:?}f")
+    }
+}
+
+/// A C literal of type double for `c`.
+fn f64_lit(c: f64) -> String {
+    if c.is_nan() {
+        "((double)NAN)".into()
+    } else if c.is_infinite() {
+        if c > 0.0 {
+            "((double)INFINITY)"
+        } else {
+            "(-(double)INFINITY)"
+        }
+        .into()
+    } else {
+        format!("{c:?}")
+    }
+}
+
+/// The C routine of a unary op on f32 vectors (`kiln_math.h`).
+fn unary_fn(op: UnaryOp) -> Option<&'static str> {
+    Some(match op {
+        UnaryOp::Abs => "kiln_abs",
+        UnaryOp::Exp => "kiln_exp",
+        UnaryOp::Log => "kiln_log",
+        UnaryOp::Sqrt => "kiln_sqrt",
+        UnaryOp::Rsqrt => "kiln_rsqrt",
+        UnaryOp::Recip => "kiln_recip",
+        UnaryOp::Sin => "kiln_sin",
+        UnaryOp::Cos => "kiln_cos",
+        UnaryOp::Tanh => "kiln_tanh",
+        UnaryOp::Erf => "kiln_erf",
+        UnaryOp::Sigmoid => "kiln_sigmoid",
+        UnaryOp::Relu => "kiln_relu",
+        UnaryOp::Gelu => "kiln_gelu_erf",
+        UnaryOp::GeluTanh => "kiln_gelu_tanh",
+        UnaryOp::Silu => "kiln_silu",
+        UnaryOp::Floor => "kiln_floor",
+        UnaryOp::Ceil => "kiln_ceil",
+        UnaryOp::Round => "kiln_round",
+        UnaryOp::Trunc => "kiln_trunc",
+        UnaryOp::Sign => "kiln_sign",
+        UnaryOp::Log1p => "kiln_log1p",
+        UnaryOp::Expm1 => "kiln_expm1",
+        UnaryOp::Log2 => "kiln_log2",
+        UnaryOp::Exp2 => "kiln_exp2",
+        UnaryOp::Tan => "kiln_tan",
+        UnaryOp::Atan => "kiln_atan",
+        UnaryOp::Sinh => "kiln_sinh",
+        UnaryOp::Neg
+        | UnaryOp::Isnan
+        | UnaryOp::Isinf
+        | UnaryOp::LogicalNot
+        | UnaryOp::BitwiseNot
+        | UnaryOp::Relu6
+        | UnaryOp::Hardswish
+        | UnaryOp::Mish => return None,
+    })
+}
+
+/// The C operator of a comparison.
+fn comparison(op: BinaryOp) -> Option<&'static str> {
+    Some(match op {
+        BinaryOp::Eq => "==",
+        BinaryOp::Ne => "!=",
+        BinaryOp::Lt => "<",
+        BinaryOp::Le => "<=",
+        BinaryOp::Gt => ">",
+        BinaryOp::Ge => ">=",
+        _ => return None,
+    })
+}
+
+fn is_sum(op: ReduceOp) -> bool {
+    matches!(op, ReduceOp::Sum | ReduceOp::Mean)
+}
+
+impl Writer<'_> {
+    fn line(&mut self, indent: usize, s: &str) {
+        for _ in 0..indent {
+            self.out.push_str("    ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    fn ty(&self, v: ValueId) -> ScalarType {
+        self.nest.body[v].ty
+    }
+
+    fn is_row(&self, v: ValueId) -> bool {
+        self.nest.body[v].row
+    }
+
+    fn is_bool_buf(&self, buf: usize) -> bool {
+        self.nest.buffers[buf].dtype == DType::Bool
+    }
+
+    fn preamble(&mut self, lanes: Lanes) {
+        let w = lanes.0;
+        let _ = writeln!(
+            self.out,
+            "/* kiln C tier: kernel {} ({} loop dims, {} outer after collapsing), {} f32 lanes */",
+            self.nest.name,
+            self.nest.dims.len(),
+            self.spec.outer,
+            w
+        );
+        let _ = writeln!(self.out, "#define KILN_W {w}");
+        self.out.push_str(MATH_H);
+        self.out.push_str(HELPERS);
+        let iota: Vec<String> = (0..w).map(|l| l.to_string()).collect();
+        let _ = writeln!(
+            self.out,
+            "static const ki kiln_iota = {{{}}};\n",
+            iota.join(", ")
+        );
+    }
+
+    fn function(&mut self) -> Result<(), String> {
+        let k = self.spec.outer;
+        let nb = self.nest.buffers.len();
+        let _ = writeln!(
+            self.out,
+            "void {SYMBOL}(uint8_t *const *ptrs, const int64_t *strides, const int64_t *sizes, \
+             int64_t r0, int64_t r1, int64_t i0, int64_t i1) {{"
+        );
+        for b in 0..nb {
+            self.line(1, &format!("uint8_t *const p{b} = ptrs[{b}];"));
+            for j in 0..=k {
+                self.line(
+                    1,
+                    &format!("const int64_t s{b}_{j} = strides[{}];", b * (k + 1) + j),
+                );
+            }
+        }
+        for j in 0..=k {
+            self.line(1, &format!("const int64_t n{j} = sizes[{j}];"));
+        }
+        self.line(1, &format!("const float inner_len = (float)n{k};"));
+        self.line(1, &format!("const double inner_len64 = (double)n{k};"));
+        self.line(1, "for (int64_t r = r0; r < r1; r++) {");
+        // the row's multi-index over the outer sizes, innermost fastest
+        if k > 0 {
+            self.line(2, "int64_t rem = r;");
+            for j in (1..k).rev() {
+                self.line(2, &format!("const int64_t x{j} = rem % n{j}; rem /= n{j};"));
+            }
+            self.line(2, "const int64_t x0 = rem;");
+        }
+        for b in 0..nb {
+            let mut e = format!("p{b}");
+            for j in 0..k {
+                let _ = write!(e, " + x{j} * s{b}_{j}");
+            }
+            self.line(2, &format!("uint8_t *const b{b} = {e};"));
+        }
+        let phases = self.nest.phases.clone();
+        for phase in &phases {
+            match phase {
+                Phase::Row(vs) => {
+                    for &v in vs {
+                        self.row_value(v)?;
+                    }
+                }
+                Phase::RowStores(ss) => {
+                    for &s in ss {
+                        let st = self.nest.stores[s];
+                        let b = st.buffer;
+                        match self.ty(st.value) {
+                            ScalarType::F32 => {
+                                self.line(2, &format!("*(float *)b{b} = r{};", st.value))
+                            }
+                            ScalarType::Bool => {
+                                self.line(2, &format!("*b{b} = (uint8_t)(r{} != 0);", st.value))
+                            }
+                            ScalarType::F64 => return Err("an f64 value is stored".into()),
+                        }
+                    }
+                }
+                Phase::Inner {
+                    point,
+                    reduces,
+                    stores,
+                } => self.inner(point, reduces, stores)?,
+            }
+        }
+        self.line(1, "}");
+        self.line(0, "}");
+        Ok(())
+    }
+
+    /// The C type of a row value.
+    fn scalar_type(&self, v: ValueId) -> &'static str {
+        match self.ty(v) {
+            ScalarType::F32 => "float",
+            ScalarType::Bool => "int",
+            ScalarType::F64 => "double",
+        }
+    }
+
+    /// A row value, as a C scalar `r{v}` (bools 0/1). Reductions are defined after their
+    /// loop.
+    fn row_value(&mut self, v: ValueId) -> Result<(), String> {
+        let e = self.nest.body[v].expr.clone();
+        let ty = self.scalar_type(v);
+        let rhs = match e {
+            Expr::Reduce(..) => return Ok(()),
+            Expr::Load(buf) if self.is_bool_buf(buf) => format!("(*b{buf} != 0)"),
+            Expr::Load(buf) => format!("*(const float *)b{buf}"),
+            Expr::Const(c) => match self.ty(v) {
+                ScalarType::F64 => f64_lit(c),
+                ScalarType::F32 => f32_lit(c),
+                ScalarType::Bool => (if c != 0.0 { "1" } else { "0" }).to_string(),
+            },
+            Expr::InnerLen => match self.ty(v) {
+                ScalarType::F64 => "inner_len64".into(),
+                _ => "inner_len".into(),
+            },
+            Expr::Widen(x) => format!("(double){}", self.row_ref(x)),
+            Expr::Narrow(x) => format!("(float){}", self.row_ref(x)),
+            other => {
+                // the vector routine on broadcast operands, lane 0
+                let x = self.vexpr(v, &other, &|x| self.splat_row(x))?;
+                match self.ty(v) {
+                    ScalarType::Bool => format!("(({x})[0] != 0)"),
+                    ScalarType::F64 => format!("kd_first({x})"),
+                    ScalarType::F32 => format!("({x})[0]"),
+                }
+            }
+        };
+        self.line(2, &format!("const {ty} r{v} = {rhs};"));
+        Ok(())
+    }
+
+    /// A row value as a C scalar: its variable, or a literal.
+    fn row_ref(&self, x: ValueId) -> String {
+        match self.nest.body[x].expr {
+            Expr::Const(c) => match self.ty(x) {
+                ScalarType::F64 => f64_lit(c),
+                ScalarType::F32 => f32_lit(c),
+                ScalarType::Bool => (if c != 0.0 { "1" } else { "0" }).to_string(),
+            },
+            _ => format!("r{x}"),
+        }
+    }
+
+    /// A row value broadcast to a vector (bools to masks).
+    fn splat_row(&self, x: ValueId) -> String {
+        if let Expr::Const(c) = self.nest.body[x].expr {
+            return match self.ty(x) {
+                ScalarType::F32 => format!("kf_splat({})", f32_lit(c)),
+                ScalarType::F64 => format!("kd_splat({})", f64_lit(c)),
+                ScalarType::Bool => format!("ki_splat({})", if c != 0.0 { -1 } else { 0 }),
+            };
+        }
+        match self.ty(x) {
+            ScalarType::F32 => format!("kf_splat(r{x})"),
+            ScalarType::F64 => format!("kd_splat(r{x})"),
+            ScalarType::Bool => format!("ki_splat(-r{x})"),
+        }
+    }
+
+    /// The vector expression of a computed value, from its operands' vector expressions.
+    fn vexpr(
+        &self,
+        v: ValueId,
+        e: &Expr,
+        operand: &dyn Fn(ValueId) -> String,
+    ) -> Result<String, String> {
+        let ty = |x: ValueId| self.ty(x);
+        let bool_ = |x: ValueId| ty(x) == ScalarType::Bool;
+        let f64_ = |x: ValueId| ty(x) == ScalarType::F64;
+        Ok(match *e {
+            Expr::Unary(op, x) if f64_(x) || f64_(v) => {
+                if !(f64_(x) && f64_(v)) {
+                    return Err(format!("v{v}: {} between f32 and f64", op.name()));
+                }
+                let a = operand(x);
+                match op {
+                    UnaryOp::Neg => format!("kd_neg({a})"),
+                    UnaryOp::Abs => format!("kd_abs({a})"),
+                    UnaryOp::Sqrt => format!("kd_sqrt({a})"),
+                    UnaryOp::Rsqrt => format!("kd_div(kd_splat(1.0), kd_sqrt({a}))"),
+                    UnaryOp::Recip => format!("kd_div(kd_splat(1.0), {a})"),
+                    _ => return Err(format!("v{v}: {} of an f64 value", op.name())),
+                }
+            }
+            Expr::Unary(op, x) if op.info().dtype == DTypeRule::Bool || bool_(x) => {
+                let a = operand(x);
+                match op {
+                    UnaryOp::LogicalNot | UnaryOp::BitwiseNot if bool_(x) => format!("(~{a})"),
+                    UnaryOp::Isnan | UnaryOp::Isinf if bool_(x) => "ki_splat(0)".into(),
+                    UnaryOp::Isnan => format!("kf_isnan({a})"),
+                    UnaryOp::Isinf => format!("kf_isinf({a})"),
+                    UnaryOp::LogicalNot => format!("({a} == kf_splat(0.0f))"),
+                    _ => return Err(format!("v{v}: {} of a bool", op.name())),
+                }
+            }
+            Expr::Unary(UnaryOp::Neg, x) => format!("(-{})", operand(x)),
+            Expr::Unary(UnaryOp::Exp, t) if self.half_square_of(t).is_some() => {
+                let x = self.half_square_of(t).expect("checked");
+                format!("kiln_exp_neg_half_sq({})", operand(x))
+            }
+            Expr::Unary(op, x) => match unary_fn(op) {
+                Some(f) => format!("{f}({})", operand(x)),
+                None => return Err(format!("v{v}: {} has no C routine", op.name())),
+            },
+            Expr::Binary(op, x, y) => {
+                let (a, b) = (operand(x), operand(y));
+                if f64_(x) || f64_(y) {
+                    if !(f64_(x) && f64_(y)) {
+                        return Err(format!("v{v}: {} between f32 and f64", op.name()));
+                    }
+                    if comparison(op).is_some() {
+                        return Ok(format!("kd_{}({a}, {b})", op.name()));
+                    }
+                    return Ok(match op {
+                        BinaryOp::Add => format!("kd_add({a}, {b})"),
+                        BinaryOp::Sub => format!("kd_sub({a}, {b})"),
+                        BinaryOp::Mul => format!("kd_mul({a}, {b})"),
+                        BinaryOp::Div => format!("kd_div({a}, {b})"),
+                        BinaryOp::Maximum => format!("kd_maximum({a}, {b})"),
+                        BinaryOp::Minimum => format!("kd_minimum({a}, {b})"),
+                        _ => return Err(format!("v{v}: {} of f64 values", op.name())),
+                    });
+                }
+                let logical = matches!(
+                    op,
+                    BinaryOp::LogicalAnd
+                        | BinaryOp::LogicalOr
+                        | BinaryOp::LogicalXor
+                        | BinaryOp::BitwiseAnd
+                        | BinaryOp::BitwiseOr
+                        | BinaryOp::BitwiseXor
+                );
+                if logical {
+                    let truth = |s: String, is_bool: bool| {
+                        if is_bool {
+                            s
+                        } else {
+                            format!("({s} != kf_splat(0.0f))")
+                        }
+                    };
+                    let (a, b) = (truth(a, bool_(x)), truth(b, bool_(y)));
+                    let c = match op {
+                        BinaryOp::LogicalAnd | BinaryOp::BitwiseAnd => "&",
+                        BinaryOp::LogicalOr | BinaryOp::BitwiseOr => "|",
+                        _ => "^",
+                    };
+                    return Ok(format!("({a} {c} {b})"));
+                }
+                if let Some(c) = comparison(op) {
+                    return match (bool_(x), bool_(y)) {
+                        (false, false) => Ok(format!("({a} {c} {b})")),
+                        (true, true) if matches!(op, BinaryOp::Eq | BinaryOp::Ne) => {
+                            Ok(format!("({a} {c} {b})"))
+                        }
+                        _ => Err(format!("v{v}: {} of bools", op.name())),
+                    };
+                }
+                if bool_(x) || bool_(y) {
+                    return Err(format!("v{v}: {} of a bool", op.name()));
+                }
+                match op {
+                    BinaryOp::Add => format!("({a} + {b})"),
+                    BinaryOp::Sub => format!("({a} - {b})"),
+                    BinaryOp::Mul => format!("({a} * {b})"),
+                    BinaryOp::Div => format!("({a} / {b})"),
+                    BinaryOp::Pow => format!("kiln_pow({a}, {b})"),
+                    BinaryOp::Maximum => format!("kiln_maximum({a}, {b})"),
+                    BinaryOp::Minimum => format!("kiln_minimum({a}, {b})"),
+                    BinaryOp::Fmod => format!("kiln_fmod({a}, {b})"),
+                    BinaryOp::Remainder => format!("kiln_remainder({a}, {b})"),
+                    BinaryOp::Atan2 => format!("kiln_atan2({a}, {b})"),
+                    _ => return Err(format!("v{v}: {} has no C form", op.name())),
+                }
+            }
+            Expr::Where(c, x, y) => {
+                if !bool_(c) || ty(x) != ScalarType::F32 || ty(y) != ScalarType::F32 {
+                    return Err(format!("v{v}: a select other than f32 on a bool"));
+                }
+                format!(
+                    "kiln_select({}, {}, {})",
+                    operand(c),
+                    operand(x),
+                    operand(y)
+                )
+            }
+            Expr::BoolToF32(c) => format!("kf_from_mask({})", operand(c)),
+            Expr::Widen(x) => format!("kd_widen({})", operand(x)),
+            Expr::Narrow(x) => format!("kd_narrow({})", operand(x)),
+            Expr::Round(..) => return Err("half-precision values".into()),
+            Expr::Load(_) | Expr::Const(_) | Expr::InnerLen | Expr::Reduce(..) => {
+                unreachable!("not computed")
+            }
+        })
+    }
+
+    /// `x` when `t` is `x·x·(-0.5)` (the argument of `exp` that the math routines compute as
+    /// `e^(-x²/2)` directly), as the Cranelift emitter recognises it.
+    fn half_square_of(&self, t: ValueId) -> Option<ValueId> {
+        let body = &self.nest.body;
+        let f32_mul = |v: ValueId| match body[v].expr {
+            Expr::Binary(BinaryOp::Mul, a, c) if body[v].ty == ScalarType::F32 => Some((a, c)),
+            _ => None,
+        };
+        let (p, q) = f32_mul(t)?;
+        let is_minus_half = |v: ValueId| matches!(body[v].expr, Expr::Const(c) if c == -0.5);
+        let sq = if is_minus_half(q) {
+            p
+        } else if is_minus_half(p) {
+            q
+        } else {
+            return None;
+        };
+        match f32_mul(sq)? {
+            (x, y) if x == y && body[x].ty == ScalarType::F32 => Some(x),
+            _ => None,
+        }
+    }
+
+    /// The inner loop of phase `pi`: accumulators, the unrolled vector loop, the one-vector
+    /// loop, the partial last vector, then each reduction's total as a row value.
+    fn inner(
+        &mut self,
+        point: &[ValueId],
+        reduces: &[ValueId],
+        stores: &[usize],
+    ) -> Result<(), String> {
+        let u = if reduces.is_empty() {
+            2
+        } else {
+            self.reduce_copies
+        };
+        // the totals are row values of the rest of the row
+        for &r in reduces {
+            let t = self.scalar_type(r);
+            self.line(2, &format!("{t} r{r};"));
+        }
+        self.line(2, "{");
+        for &r in reduces {
+            let Expr::Reduce(op, x) = self.nest.body[r].expr else {
+                return Err(format!("v{r} is not a reduction"));
+            };
+            for c in 0..u {
+                let init = if is_sum(op) {
+                    "kd_splat(0.0)".to_string()
+                } else if self.ty(x) == ScalarType::F32 {
+                    match op {
+                        ReduceOp::Max => "kf_splat(-INFINITY)".into(),
+                        _ => "kf_splat(INFINITY)".into(),
+                    }
+                } else {
+                    return Err(format!("v{r}: a max or min of f64 values"));
+                };
+                let t = if is_sum(op) { "kd" } else { "kf" };
+                self.line(3, &format!("{t} a{r}_{c} = {init};"));
+            }
+        }
+        self.line(3, "int64_t i = i0;");
+        self.line(
+            3,
+            &format!("for (; i + {u} * KILN_W <= i1; i += {u} * KILN_W) {{"),
+        );
+        let copies: Vec<usize> = (0..u).collect();
+        self.body(point, reduces, stores, &copies, Part::Whole)?;
+        self.line(3, "}");
+        if u > 1 {
+            self.line(3, "for (; i + KILN_W <= i1; i += KILN_W) {");
+            self.body(point, reduces, stores, &[0], Part::Whole)?;
+            self.line(3, "}");
+        }
+        self.line(3, "if (i < i1) {");
+        self.line(4, "const int64_t n = i1 - i;");
+        self.line(4, "const ki valid = kiln_iota < ki_splat((int32_t)n);");
+        self.body(point, reduces, stores, &[0], Part::Partial)?;
+        self.line(3, "}");
+        // the totals: the copies, then the lanes, in order
+        for &r in reduces {
+            let Expr::Reduce(op, _) = self.nest.body[r].expr else {
+                unreachable!("checked above");
+            };
+            if is_sum(op) {
+                let mut acc = format!("a{r}_0");
+                for c in 1..u {
+                    acc = format!("kd_add({acc}, a{r}_{c})");
+                }
+                self.line(3, &format!("const double s{r} = kd_hsum({acc});"));
+                let cast = if self.ty(r) == ScalarType::F64 {
+                    ""
+                } else {
+                    "(float)"
+                };
+                self.line(3, &format!("r{r} = {cast}s{r};"));
+            } else {
+                let f = if op == ReduceOp::Max {
+                    "kiln_maximum"
+                } else {
+                    "kiln_minimum"
+                };
+                let mut acc = format!("a{r}_0");
+                for c in 1..u {
+                    acc = format!("{f}({acc}, a{r}_{c})");
+                }
+                self.line(3, &format!("const kf t{r} = {acc};"));
+                self.line(3, &format!("kf m{r} = kf_splat(t{r}[0]);"));
+                self.line(
+                    3,
+                    &format!(
+                        "for (int l = 1; l < KILN_W; l++) m{r} = {f}(m{r}, kf_splat(t{r}[l]));"
+                    ),
+                );
+                self.line(3, &format!("r{r} = m{r}[0];"));
+            }
+        }
+        self.line(2, "}");
+        Ok(())
+    }
+
+    /// One iteration of an inner loop's body for each copy in `copies` (vectors at
+    /// `i + c·KILN_W`), or the partial last vector.
+    fn body(
+        &mut self,
+        point: &[ValueId],
+        reduces: &[ValueId],
+        stores: &[usize],
+        copies: &[usize],
+        part: Part,
+    ) -> Result<(), String> {
+        let ind = 4;
+        // statements interleaved across copies, as the Cranelift emitter does
+        for &v in point {
+            for &c in copies {
+                let at = format!("(i + {c} * KILN_W)");
+                let st = &self.nest.body[v];
+                let (ty, expr) = (st.ty, st.expr.clone());
+                let vt = match ty {
+                    ScalarType::F32 => "kf",
+                    ScalarType::Bool => "ki",
+                    ScalarType::F64 => "kd",
+                };
+                let rhs = match expr {
+                    Expr::Load(buf) => self.load(buf, &at, part)?,
+                    Expr::Const(k) => match ty {
+                        ScalarType::F32 => format!("kf_splat({})", f32_lit(k)),
+                        ScalarType::F64 => format!("kd_splat({})", f64_lit(k)),
+                        ScalarType::Bool => {
+                            format!("ki_splat({})", if k != 0.0 { -1 } else { 0 })
+                        }
+                    },
+                    Expr::InnerLen => match ty {
+                        ScalarType::F64 => "kd_splat(inner_len64)".into(),
+                        _ => "kf_splat(inner_len)".into(),
+                    },
+                    Expr::Reduce(..) => return Err("a reduction as a point value".into()),
+                    other => {
+                        let operand = |x: ValueId| {
+                            if self.is_row(x) {
+                                self.splat_row(x)
+                            } else {
+                                format!("v{x}_{c}")
+                            }
+                        };
+                        self.vexpr(v, &other, &operand)?
+                    }
+                };
+                self.line(ind, &format!("const {vt} v{v}_{c} = {rhs};"));
+            }
+        }
+        for &r in reduces {
+            let Expr::Reduce(op, x) = self.nest.body[r].expr else {
+                unreachable!("checked by the caller");
+            };
+            if is_sum(op) && self.ty(x) == ScalarType::F32 && part == Part::Whole {
+                // the copies summed pairwise in f32, then widened once into the f64
+                // accumulator, as the Cranelift tier does (a row of equal values still sums
+                // exactly)
+                let mut xs: Vec<String> = copies
+                    .iter()
+                    .map(|&c| {
+                        if self.is_row(x) {
+                            self.splat_row(x)
+                        } else {
+                            format!("v{x}_{c}")
+                        }
+                    })
+                    .collect();
+                while xs.len() > 1 {
+                    xs = xs
+                        .chunks(2)
+                        .map(|p| {
+                            if p.len() == 2 {
+                                format!("({} + {})", p[0], p[1])
+                            } else {
+                                p[0].clone()
+                            }
+                        })
+                        .collect();
+                }
+                self.line(
+                    ind,
+                    &format!("a{r}_0 = kd_add(a{r}_0, kd_widen({}));", xs[0]),
+                );
+                continue;
+            }
+            for &c in copies {
+                let val = if self.is_row(x) {
+                    self.splat_row(x)
+                } else {
+                    format!("v{x}_{c}")
+                };
+                let line = match (is_sum(op), self.ty(x), part) {
+                    (true, ScalarType::F32, Part::Whole) => {
+                        format!("a{r}_{c} = kd_add(a{r}_{c}, kd_widen({val}));")
+                    }
+                    (true, ScalarType::F32, Part::Partial) => format!(
+                        "a{r}_{c} = kd_add(a{r}_{c}, kd_widen(kiln_select(valid, {val}, \
+                         kf_splat(0.0f))));"
+                    ),
+                    (true, ScalarType::F64, Part::Whole) => {
+                        format!("a{r}_{c} = kd_add(a{r}_{c}, {val});")
+                    }
+                    (true, ScalarType::F64, Part::Partial) => format!(
+                        "a{r}_{c} = kd_add(a{r}_{c}, kd_select(valid, {val}, kd_splat(0.0)));"
+                    ),
+                    (false, ScalarType::F32, p) => {
+                        let f = if op == ReduceOp::Max {
+                            "kiln_maximum"
+                        } else {
+                            "kiln_minimum"
+                        };
+                        let id = if op == ReduceOp::Max {
+                            "-INFINITY"
+                        } else {
+                            "INFINITY"
+                        };
+                        let x = if p == Part::Whole {
+                            val
+                        } else {
+                            format!("kiln_select(valid, {val}, kf_splat({id}))")
+                        };
+                        format!("a{r}_{c} = {f}(a{r}_{c}, {x});")
+                    }
+                    _ => return Err(format!("v{r}: a reduction of this type")),
+                };
+                self.line(ind, &line);
+            }
+        }
+        for &s in stores {
+            let st = self.nest.stores[s];
+            for &c in copies {
+                let at = format!("(i + {c} * KILN_W)");
+                let val = if self.is_row(st.value) {
+                    self.splat_row(st.value)
+                } else {
+                    format!("v{}_{c}", st.value)
+                };
+                let line = self.store(st.buffer, st.value, &at, &val, part)?;
+                self.line(ind, &line);
+            }
+        }
+        Ok(())
+    }
+
+    /// The vector load of input `buf` at inner index `at`.
+    fn load(&self, buf: usize, at: &str, part: Part) -> Result<String, String> {
+        let is = format!("s{buf}_{}", self.spec.outer);
+        let bool_ = self.is_bool_buf(buf);
+        Ok(match (self.spec.access[buf], bool_, part) {
+            (InnerAccess::Broadcast, false, _) => format!("kf_splat(*(const float *)b{buf})"),
+            (InnerAccess::Broadcast, true, _) => format!("ki_splat(-(int32_t)(*b{buf} != 0))"),
+            (InnerAccess::Contiguous, false, Part::Whole) => {
+                format!("kf_load(b{buf} + {at} * 4)")
+            }
+            (_, false, Part::Whole) => format!("kf_gather(b{buf} + {at} * {is}, {is})"),
+            (_, false, Part::Partial) => {
+                format!("kf_gather_n(b{buf} + {at} * {is}, {is}, n)")
+            }
+            (_, true, Part::Whole) => format!("kb_gather(b{buf} + {at} * {is}, {is})"),
+            (_, true, Part::Partial) => format!("kb_gather_n(b{buf} + {at} * {is}, {is}, n)"),
+        })
+    }
+
+    /// The store of `val` (a vector) into output `buf` at inner index `at`.
+    fn store(
+        &self,
+        buf: usize,
+        v: ValueId,
+        at: &str,
+        val: &str,
+        part: Part,
+    ) -> Result<String, String> {
+        let is = format!("s{buf}_{}", self.spec.outer);
+        let n = if part == Part::Whole { "KILN_W" } else { "n" };
+        Ok(match (self.ty(v), self.spec.access[buf], part) {
+            (ScalarType::F32, InnerAccess::Contiguous, Part::Whole) => {
+                format!("kf_store(b{buf} + {at} * 4, {val});")
+            }
+            (ScalarType::F32, _, _) => {
+                format!("kf_scatter_n(b{buf} + {at} * {is}, {is}, {val}, {n});")
+            }
+            (ScalarType::Bool, _, _) => {
+                format!("kb_scatter_n(b{buf} + {at} * {is}, {is}, {val}, {n});")
+            }
+            (ScalarType::F64, _, _) => return Err("an f64 value is stored".into()),
+        })
+    }
+}
+
+/// Loads, stores, broadcasts and f64 helpers shared by every kernel (after `kiln_math.h`,
+/// which defines `kf`, `ki` and `kiln_select`).
+const HELPERS: &str = r#"
+/* f64 values as two native-width halves: a 16-double GCC vector would live on the stack */
+typedef double kh __attribute__((vector_size(4 * KILN_W)));
+typedef int64_t khl __attribute__((vector_size(4 * KILN_W)));
+typedef float kfh __attribute__((vector_size(2 * KILN_W)));
+typedef int32_t kih __attribute__((vector_size(2 * KILN_W)));
+typedef struct { kh lo, hi; } kd;
+
+/* broadcasts (x - +0 is x for every x, -0 included: one vbroadcast) */
+static inline kf kf_splat(float x) { return x - (kf){0}; }
+static inline ki ki_splat(int32_t x) { return x - (ki){0}; }
+static inline kd kd_splat(double x) { kd r = { x - (kh){0}, x - (kh){0} }; return r; }
+static inline kf kf_load(const uint8_t *p) { kf r; memcpy(&r, p, sizeof r); return r; }
+static inline void kf_store(uint8_t *p, kf x) { memcpy(p, &x, sizeof x); }
+static inline kf kf_gather(const uint8_t *p, int64_t s) {
+    kf r; for (int l = 0; l < KILN_W; l++) r[l] = *(const float *)(p + l * s); return r;
+}
+static inline kf kf_gather_n(const uint8_t *p, int64_t s, int64_t n) {
+    kf r = kf_splat(0.0f); for (int l = 0; l < n; l++) r[l] = *(const float *)(p + l * s); return r;
+}
+static inline ki kb_gather(const uint8_t *p, int64_t s) {
+    ki r; for (int l = 0; l < KILN_W; l++) r[l] = -(int32_t)(p[l * s] != 0); return r;
+}
+static inline ki kb_gather_n(const uint8_t *p, int64_t s, int64_t n) {
+    ki r = ki_splat(0); for (int l = 0; l < n; l++) r[l] = -(int32_t)(p[l * s] != 0); return r;
+}
+static inline void kf_scatter_n(uint8_t *p, int64_t s, kf x, int64_t n) {
+    for (int l = 0; l < n; l++) *(float *)(p + l * s) = x[l];
+}
+static inline void kb_scatter_n(uint8_t *p, int64_t s, ki x, int64_t n) {
+    for (int l = 0; l < n; l++) p[l * s] = (uint8_t)(x[l] & 1);
+}
+static inline kf kf_from_mask(ki m) { return (kf)(m & ki_splat(0x3f800000)); }
+static inline ki kf_isnan(kf x) { return x != x; }
+static inline ki kf_isinf(kf x) { return kiln_abs(x) == kf_splat(INFINITY); }
+
+#if defined(__AVX512F__) && KILN_W == 16
+#include <immintrin.h>
+static inline kd kd_widen(kf x) {
+    __m512 v = (__m512)x;
+    __m256 h = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    kd r = { (kh)_mm512_cvtps_pd(_mm512_castps512_ps256(v)), (kh)_mm512_cvtps_pd(h) }; return r;
+}
+static inline kf kd_narrow(kd x) {
+    __m256 a = _mm512_cvtpd_ps((__m512d)x.lo), b = _mm512_cvtpd_ps((__m512d)x.hi);
+    return (kf)_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1);
+}
+#elif defined(__AVX__) && KILN_W == 8
+#include <immintrin.h>
+static inline kd kd_widen(kf x) {
+    __m256 v = (__m256)x;
+    kd r = { (kh)_mm256_cvtps_pd(_mm256_castps256_ps128(v)), (kh)_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)) }; return r;
+}
+static inline kf kd_narrow(kd x) {
+    __m128 a = _mm256_cvtpd_ps((__m256d)x.lo), b = _mm256_cvtpd_ps((__m256d)x.hi);
+    return (kf)_mm256_insertf128_ps(_mm256_castps128_ps256(a), b, 1);
+}
+#else
+static inline kd kd_widen(kf x) {
+    kfh a, b; memcpy(&a, &x, sizeof a); memcpy(&b, (const char *)&x + sizeof a, sizeof b);
+    kd r = { __builtin_convertvector(a, kh), __builtin_convertvector(b, kh) }; return r;
+}
+static inline kf kd_narrow(kd x) {
+    kfh a = __builtin_convertvector(x.lo, kfh), b = __builtin_convertvector(x.hi, kfh);
+    kf r; memcpy(&r, &a, sizeof a); memcpy((char *)&r + sizeof a, &b, sizeof b); return r;
+}
+#endif
+static inline ki kd_mask(khl lo, khl hi) {
+    kih a = __builtin_convertvector(lo, kih), b = __builtin_convertvector(hi, kih);
+    ki r; memcpy(&r, &a, sizeof a); memcpy((char *)&r + sizeof a, &b, sizeof b); return r;
+}
+static inline kd kd_select(ki m, kd a, kd b) {
+    kih p, q; memcpy(&p, &m, sizeof p); memcpy(&q, (const char *)&m + sizeof p, sizeof q);
+    khl wl = __builtin_convertvector(p, khl), wh = __builtin_convertvector(q, khl);
+    kd r = { (kh)(((khl)a.lo & wl) | ((khl)b.lo & ~wl)), (kh)(((khl)a.hi & wh) | ((khl)b.hi & ~wh)) };
+    return r;
+}
+static inline kd kd_add(kd a, kd b) { kd r = { a.lo + b.lo, a.hi + b.hi }; return r; }
+static inline kd kd_sub(kd a, kd b) { kd r = { a.lo - b.lo, a.hi - b.hi }; return r; }
+static inline kd kd_mul(kd a, kd b) { kd r = { a.lo * b.lo, a.hi * b.hi }; return r; }
+static inline kd kd_div(kd a, kd b) { kd r = { a.lo / b.lo, a.hi / b.hi }; return r; }
+static inline kd kd_neg(kd a) { kd r = { -a.lo, -a.hi }; return r; }
+static inline kd kd_abs(kd x) {
+    kd r; for (int l = 0; l < KILN_W / 2; l++) { r.lo[l] = fabs(x.lo[l]); r.hi[l] = fabs(x.hi[l]); } return r;
+}
+static inline kd kd_sqrt(kd x) {
+    kd r; for (int l = 0; l < KILN_W / 2; l++) { r.lo[l] = sqrt(x.lo[l]); r.hi[l] = sqrt(x.hi[l]); } return r;
+}
+static inline double kd_max1(double a, double b) { return (a != a || b != b) ? (double)NAN : (b < a ? a : b); }
+static inline double kd_min1(double a, double b) { return (a != a || b != b) ? (double)NAN : (a < b ? a : b); }
+static inline kd kd_maximum(kd a, kd b) {
+    kd r; for (int l = 0; l < KILN_W / 2; l++) { r.lo[l] = kd_max1(a.lo[l], b.lo[l]); r.hi[l] = kd_max1(a.hi[l], b.hi[l]); } return r;
+}
+static inline kd kd_minimum(kd a, kd b) {
+    kd r; for (int l = 0; l < KILN_W / 2; l++) { r.lo[l] = kd_min1(a.lo[l], b.lo[l]); r.hi[l] = kd_min1(a.hi[l], b.hi[l]); } return r;
+}
+#define KD_CMP(name, op) static inline ki name(kd a, kd b) { return kd_mask((khl)(a.lo op b.lo), (khl)(a.hi op b.hi)); }
+KD_CMP(kd_eq, ==) KD_CMP(kd_ne, !=) KD_CMP(kd_lt, <) KD_CMP(kd_le, <=) KD_CMP(kd_gt, >) KD_CMP(kd_ge, >=)
+static inline double kd_first(kd x) { return x.lo[0]; }
+/* the lanes summed in order */
+static inline double kd_hsum(kd x) {
+    double s = 0.0;
+    for (int l = 0; l < KILN_W / 2; l++) s += x.lo[l];
+    for (int l = 0; l < KILN_W / 2; l++) s += x.hi[l];
+    return s;
+}
+"#;

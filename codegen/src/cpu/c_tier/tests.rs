@@ -1,0 +1,269 @@
+//! The C tier against the Cranelift tier, kernel by kernel: every kernel of a set of graphs
+//! (row kernels of softmax, layer norm and a variance in f64, sums, max and min, column
+//! sums, bool masks and selects, transcendental chains) is taken by the C tier and agrees
+//! with its Cranelift code at several specialisations; the checker rejects a wrong kernel;
+//! the cache serves a second build and rebuilds damaged entries; `kiln_math.h` meets the
+//! error table of `cpu/math.rs`; and the generated kernel function is snapshot-tested.
+
+use super::cache::Cache;
+use super::compiler::{build_kernel, Compiler};
+use super::source::{c_source, Lanes};
+use super::validate::check_against;
+use crate::cpu::dump::default_spec;
+use crate::cpu::emit::{InnerAccess, Spec};
+use crate::cpu::jit::compile;
+use crate::cpu::plan::{kernel_for, CpuKernel};
+use crate::loops::LoopNest;
+use crate::CodegenOptions;
+use kiln_ir::text::parse_module;
+use kiln_passes::pipeline::{run_passes, PassOptions};
+use kiln_passes::schedule::schedule;
+
+const GRAPHS: &str = r#"
+graph @softmax(%x: f32[R,C]) -> f32[R,C] {
+  %0 = softmax %x {dim = -1} : f32[R,C]
+  return %0
+}
+graph @layernorm(%x: f32[R,C], %w: f32[C], %b: f32[C]) -> f32[R,C] {
+  %0 = layer_norm %x, %w, %b {ndim = 1, eps = 1e-5} : f32[R,C]
+  return %0
+}
+graph @variance(%x: f32[R,C]) -> f32[R,1] {
+  %0 = var %x {dims = [1], correction = 1, keepdim = true} : f32[R,1]
+  return %0
+}
+graph @extremes(%x: f32[R,C]) -> (f32[R], f32[R], f32[R]) {
+  %0 = amax %x {dims = [1], keepdim = false} : f32[R]
+  %1 = amin %x {dims = [1], keepdim = false} : f32[R]
+  %2 = mean %x {dims = [1], keepdim = false} : f32[R]
+  return %0, %1, %2
+}
+graph @column_sum(%x: f32[C,R], %m: f32[R]) -> (f32[R], f32[R]) {
+  %0 = sum %x {dims = [0], keepdim = false} : f32[R]
+  %1 = sub %0, %m : f32[R]
+  %2 = mul %0, %0 : f32[R]
+  return %1, %2
+}
+graph @masks(%x: f32[R,C], %y: f32[R,C]) -> (f32[R,C], bool[R,C], f32[R,C]) {
+  %0 = gt %x, %y : bool[R,C]
+  %1 = isnan %x : bool[R,C]
+  %2 = logical_or %0, %1 : bool[R,C]
+  %3 = where %2, %x, %y : f32[R,C]
+  %4 = cast %0 {dtype = f32} : f32[R,C]
+  %5 = maximum %x, %y : f32[R,C]
+  %6 = add %4, %5 : f32[R,C]
+  return %3, %2, %6
+}
+graph @chains(%x: f32[R,C], %y: f32[C]) -> (f32[R,C], f32[R,C], f32[R,C]) {
+  %0 = gelu %x {approximate = "tanh"} : f32[R,C]
+  %1 = sigmoid %0 : f32[R,C]
+  %2 = mul %1, %y : f32[R,C]
+  %3 = exp %x : f32[R,C]
+  %4 = log1p %3 : f32[R,C]
+  %5 = erf %x : f32[R,C]
+  %6 = sin %x : f32[R,C]
+  %7 = atan2 %5, %6 : f32[R,C]
+  %8 = pow %3, %y : f32[R,C]
+  %9 = remainder %x, %y : f32[R,C]
+  %10 = add %8, %9 : f32[R,C]
+  return %2, %4, %7
+}
+"#;
+
+/// Every loop-nest kernel of the graphs above (fused as the cpu backend fuses them).
+fn nests() -> Vec<LoopNest> {
+    let mut out = Vec::new();
+    for g in parse_module(GRAPHS).expect("valid IR") {
+        let opt = run_passes(
+            &g,
+            &["decompose", "fuse"],
+            &PassOptions::rendering(crate::cpu::renders),
+            false,
+        )
+        .expect("passes");
+        let s = schedule(&opt).expect("schedules");
+        for k in &s.kernels {
+            if let CpuKernel::Nest(n) = kernel_for(&k.body, k.kind, &CodegenOptions::default()) {
+                out.push(n.nest.clone());
+            }
+        }
+    }
+    out
+}
+
+/// `spec` with every buffer read along the inner loop with a stride instead.
+fn strided(nest: &LoopNest, spec: &Spec) -> Spec {
+    let mut s = spec.clone();
+    for (a, b) in s.access.iter_mut().zip(&nest.buffers) {
+        if *a == InnerAccess::Contiguous && b.role == crate::loops::Role::Input {
+            *a = InnerAccess::Strided;
+        }
+    }
+    s
+}
+
+fn compiler() -> &'static Compiler {
+    Compiler::find().expect("the tests need a C compiler (cc, gcc or clang)")
+}
+
+#[test]
+fn every_kernel_is_taken_and_agrees_with_its_cranelift_code() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = Cache::open(dir.path());
+    let opts = CodegenOptions::default();
+    let nests = nests();
+    assert!(nests.len() >= 7, "{} kernels", nests.len());
+    let mut checked = 0;
+    for nest in &nests {
+        let base = default_spec(nest, &opts);
+        let mut specs = vec![base.clone(), strided(nest, &base)];
+        if base.outer > 0 {
+            // the rows as one collapsed dim less (a flat pointwise kernel's form)
+            let mut flat = base.clone();
+            flat.outer = 0;
+            specs.push(flat);
+        }
+        for spec in &specs {
+            let source = c_source(nest, spec, Lanes::host())
+                .unwrap_or_else(|e| panic!("{}: not taken: {e}", nest.name));
+            let built = build_kernel(compiler(), cache.as_ref(), &nest.name, &source)
+                .unwrap_or_else(|e| panic!("{}: {e}", nest.name));
+            let cranelift = compile(nest, spec).expect("cranelift");
+            check_against(nest, spec, cranelift, built.f)
+                .unwrap_or_else(|e| panic!("{} at {spec:?}: {e}\n{nest}", nest.name));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 14, "{checked} specialisations checked");
+}
+
+#[test]
+fn the_check_rejects_a_kernel_that_computes_something_else() {
+    let g = |op: &str| {
+        format!(
+            "graph @k(%x: f32[R,C]) -> f32[R,C] {{\n  %0 = {op} %x : f32[R,C]\n  return %0\n}}\n"
+        )
+    };
+    let nest_of = |text: &str| {
+        let g = &parse_module(text).expect("valid IR")[0];
+        let opt = run_passes(
+            g,
+            &["decompose", "fuse"],
+            &PassOptions::rendering(crate::cpu::renders),
+            false,
+        )
+        .expect("passes");
+        let s = schedule(&opt).expect("schedules");
+        match kernel_for(
+            &s.kernels[0].body,
+            s.kernels[0].kind,
+            &CodegenOptions::default(),
+        ) {
+            CpuKernel::Nest(n) => n.nest.clone(),
+            _ => panic!("not a nest"),
+        }
+    };
+    let (exp, tanh) = (nest_of(&g("exp")), nest_of(&g("tanh")));
+    let spec = default_spec(&exp, &CodegenOptions::default());
+    let source = c_source(&tanh, &spec, Lanes::host()).expect("taken");
+    let wrong = build_kernel(compiler(), None, "tanh", &source).expect("builds");
+    let cranelift = compile(&exp, &spec).expect("cranelift");
+    let err = check_against(&exp, &spec, cranelift, wrong.f).expect_err("a mismatch");
+    assert!(err.contains("Cranelift") && err.contains("C "), "{err}");
+    // and the right one passes
+    let right = build_kernel(
+        compiler(),
+        None,
+        "exp",
+        &c_source(&exp, &spec, Lanes::host()).expect("taken"),
+    )
+    .expect("builds");
+    check_against(&exp, &spec, cranelift, right.f).expect("agrees");
+}
+
+#[test]
+fn the_cache_serves_a_second_build_and_rebuilds_a_damaged_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = Cache::open(dir.path()).expect("cache");
+    let nest = nests().into_iter().next().expect("a kernel");
+    let spec = default_spec(&nest, &CodegenOptions::default());
+    let source = c_source(&nest, &spec, Lanes::host()).expect("taken");
+    let cranelift = compile(&nest, &spec).expect("cranelift");
+    let first = build_kernel(compiler(), Some(&cache), &nest.name, &source).expect("builds");
+    assert!(!first.cached);
+    let second = build_kernel(compiler(), Some(&cache), &nest.name, &source).expect("builds");
+    assert!(second.cached, "the second build comes from the cache");
+    check_against(&nest, &spec, cranelift, second.f).expect("the cached kernel agrees");
+    let obj = cache.object_path(&compiler().key(&source));
+    let bytes = std::fs::read(&obj).expect("object");
+    // truncated, then one byte flipped in the middle: each is rebuilt, never loaded
+    for damaged in [bytes[..bytes.len() / 2].to_vec(), {
+        let mut b = bytes.clone();
+        let i = b.len() / 2;
+        b[i] ^= 0x5a;
+        b
+    }] {
+        std::fs::write(&obj, &damaged).expect("damage");
+        let again = build_kernel(compiler(), Some(&cache), &nest.name, &source).expect("builds");
+        assert!(!again.cached, "a damaged entry is compiled again");
+        check_against(&nest, &spec, cranelift, again.f).expect("the rebuilt kernel agrees");
+        // the entry was rewritten: the next build takes it from the cache
+        let next = build_kernel(compiler(), Some(&cache), &nest.name, &source).expect("builds");
+        assert!(next.cached, "the rewritten entry is served");
+    }
+}
+
+#[test]
+fn math_header_meets_the_error_table() {
+    let c = compiler();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cpu/c_tier");
+    let widths = if Lanes::host().0 == 4 {
+        vec![4]
+    } else {
+        vec![Lanes::host().0, 4]
+    };
+    for w in widths {
+        let exe = dir.path().join(format!("math_test_{w}"));
+        let out = std::process::Command::new(&c.program)
+            .args([
+                "-O2",
+                "-march=native",
+                "-fno-math-errno",
+                "-fno-trapping-math",
+            ])
+            .arg(format!("-DKILN_W={w}"))
+            .arg("-I")
+            .arg(&here)
+            .arg(here.join("kiln_math_test.c"))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-lm")
+            .output()
+            .expect("runs the compiler");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = std::process::Command::new(&exe).output().expect("runs");
+        assert!(
+            run.status.success(),
+            "KILN_W={w}:\n{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+}
+
+#[test]
+fn kernel_source_snapshot() {
+    let nest = nests()
+        .into_iter()
+        .find(|n| n.name.contains("row"))
+        .expect("softmax's row kernel");
+    let spec = default_spec(&nest, &CodegenOptions::default());
+    let source = c_source(&nest, &spec, Lanes(16)).expect("taken");
+    let kernel = &source[source.find("void kiln_kernel").expect("the function")..];
+    insta::assert_snapshot!(format!("{nest}\n{kernel}"));
+}
