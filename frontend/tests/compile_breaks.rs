@@ -256,7 +256,8 @@ fn log_spec_parsing() {
         parse_log_spec("graphs, breaks,unknown"),
         vec![LogCategory::Graphs, LogCategory::Breaks]
     );
-    assert_eq!(parse_log_spec("all").len(), 8);
+    assert_eq!(parse_log_spec("all").len(), 9);
+    assert_eq!(parse_log_spec("tiers"), vec![LogCategory::Tiers]);
     assert_eq!(parse_log_spec("partition"), vec![LogCategory::Partition]);
     assert_eq!(parse_log_spec("rules"), vec![LogCategory::Rules]);
     assert_eq!(parse_log_spec("code"), vec![LogCategory::Code]);
