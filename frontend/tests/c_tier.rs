@@ -205,7 +205,10 @@ fn the_automatic_policy_switches_to_c_code_while_calls_agree_with_eager() {
             let diff: f64 = g.iter().zip(&w).map(|(p, q)| (p - q) * (p - q)).sum();
             let norm: f64 = w.iter().map(|q| q * q).sum();
             let rel = (diff / norm).sqrt();
-            assert!(rel <= 1e-5, "call {calls}, output {o}: relative L2 error {rel:e}");
+            assert!(
+                rel <= 1e-5,
+                "call {calls}, output {o}: relative L2 error {rel:e}"
+            );
         }
         calls += 1;
         let all_c = {
