@@ -425,27 +425,9 @@ impl Emitter<'_> {
         }
     }
 
-    /// `x` when `t` is `x·x·(-0.5)` (either operand order), an f32 argument of `exp` that
-    /// the math emitters compute as `e^(-x²/2)` directly.
+    /// `x` when `t` is `x·x·(-0.5)` ([`crate::loops::half_square_of`]).
     fn half_square_of(&self, t: ValueId) -> Option<ValueId> {
-        let body = &self.nest.body;
-        let f32_mul = |v: ValueId| match body[v].expr {
-            Expr::Binary(BinaryOp::Mul, a, c) if body[v].ty == ScalarType::F32 => Some((a, c)),
-            _ => None,
-        };
-        let (p, q) = f32_mul(t)?;
-        let is_minus_half = |v: ValueId| matches!(body[v].expr, Expr::Const(c) if c == -0.5);
-        let sq = if is_minus_half(q) {
-            p
-        } else if is_minus_half(p) {
-            q
-        } else {
-            return None;
-        };
-        match f32_mul(sq)? {
-            (x, y) if x == y && body[x].ty == ScalarType::F32 => Some(x),
-            _ => None,
-        }
+        crate::loops::half_square_of(&self.nest.body, t)
     }
 
     /// A pointwise instruction on already computed operands.

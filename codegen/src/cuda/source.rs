@@ -606,7 +606,7 @@ fn binary_f64(op: BinaryOp, x: &str, y: &str) -> String {
 }
 
 /// An f64 literal: the shortest decimal that reads back as the same double.
-fn double_lit(c: f64) -> String {
+pub(crate) fn double_lit(c: f64) -> String {
     if c.is_nan() {
         "((double)NAN)".to_string()
     } else if c.is_infinite() {

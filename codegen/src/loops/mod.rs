@@ -178,3 +178,25 @@ impl LoopNest {
         self.dims.len().checked_sub(1)
     }
 }
+
+/// `x` when body value `t` is `x·x·(-0.5)` (either operand order) in f32: the argument of
+/// `exp` that the code generators compute as `e^(-x²/2)` directly.
+pub(crate) fn half_square_of(body: &[Stmt], t: ValueId) -> Option<ValueId> {
+    let f32_mul = |v: ValueId| match body[v].expr {
+        Expr::Binary(BinaryOp::Mul, a, c) if body[v].ty == ScalarType::F32 => Some((a, c)),
+        _ => None,
+    };
+    let (p, q) = f32_mul(t)?;
+    let is_minus_half = |v: ValueId| matches!(body[v].expr, Expr::Const(c) if c == -0.5);
+    let sq = if is_minus_half(q) {
+        p
+    } else if is_minus_half(p) {
+        q
+    } else {
+        return None;
+    };
+    match f32_mul(sq)? {
+        (x, y) if x == y && body[x].ty == ScalarType::F32 => Some(x),
+        _ => None,
+    }
+}

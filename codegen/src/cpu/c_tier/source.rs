@@ -14,6 +14,7 @@
 //! Sums accumulate in f64, as the Cranelift tier and eager do; max and min propagate NaN.
 
 use crate::cpu::emit::{InnerAccess, Spec};
+use crate::cuda::source::double_lit;
 use crate::loops::{Expr, LoopNest, Phase, ScalarType, ValueId};
 use kiln_ir::{BinaryOp, DType, DTypeRule, ReduceOp, UnaryOp};
 use std::fmt::Write;
@@ -90,22 +91,6 @@ fn f32_lit(c: f64) -> String {
         if x > 0.0 { "INFINITY" } else { "(-INFINITY)" }.into()
     } else {
         format!("{x:?}f")
-    }
-}
-
-/// A C literal of type double for `c`.
-fn f64_lit(c: f64) -> String {
-    if c.is_nan() {
-        "((double)NAN)".into()
-    } else if c.is_infinite() {
-        if c > 0.0 {
-            "((double)INFINITY)"
-        } else {
-            "(-(double)INFINITY)"
-        }
-        .into()
-    } else {
-        format!("{c:?}")
     }
 }
 
@@ -301,7 +286,7 @@ impl Writer<'_> {
             Expr::Load(buf) if self.is_bool_buf(buf) => format!("(*b{buf} != 0)"),
             Expr::Load(buf) => format!("*(const float *)b{buf}"),
             Expr::Const(c) => match self.ty(v) {
-                ScalarType::F64 => f64_lit(c),
+                ScalarType::F64 => double_lit(c),
                 ScalarType::F32 => f32_lit(c),
                 ScalarType::Bool => (if c != 0.0 { "1" } else { "0" }).to_string(),
             },
@@ -329,7 +314,7 @@ impl Writer<'_> {
     fn row_ref(&self, x: ValueId) -> String {
         match self.nest.body[x].expr {
             Expr::Const(c) => match self.ty(x) {
-                ScalarType::F64 => f64_lit(c),
+                ScalarType::F64 => double_lit(c),
                 ScalarType::F32 => f32_lit(c),
                 ScalarType::Bool => (if c != 0.0 { "1" } else { "0" }).to_string(),
             },
@@ -342,7 +327,7 @@ impl Writer<'_> {
         if let Expr::Const(c) = self.nest.body[x].expr {
             return match self.ty(x) {
                 ScalarType::F32 => format!("kf_splat({})", f32_lit(c)),
-                ScalarType::F64 => format!("kd_splat({})", f64_lit(c)),
+                ScalarType::F64 => format!("kd_splat({})", double_lit(c)),
                 ScalarType::Bool => format!("ki_splat({})", if c != 0.0 { -1 } else { 0 }),
             };
         }
@@ -489,27 +474,9 @@ impl Writer<'_> {
         })
     }
 
-    /// `x` when `t` is `x·x·(-0.5)` (the argument of `exp` that the math routines compute as
-    /// `e^(-x²/2)` directly), as the Cranelift emitter recognises it.
+    /// `x` when `t` is `x·x·(-0.5)` ([`crate::loops::half_square_of`]).
     fn half_square_of(&self, t: ValueId) -> Option<ValueId> {
-        let body = &self.nest.body;
-        let f32_mul = |v: ValueId| match body[v].expr {
-            Expr::Binary(BinaryOp::Mul, a, c) if body[v].ty == ScalarType::F32 => Some((a, c)),
-            _ => None,
-        };
-        let (p, q) = f32_mul(t)?;
-        let is_minus_half = |v: ValueId| matches!(body[v].expr, Expr::Const(c) if c == -0.5);
-        let sq = if is_minus_half(q) {
-            p
-        } else if is_minus_half(p) {
-            q
-        } else {
-            return None;
-        };
-        match f32_mul(sq)? {
-            (x, y) if x == y && body[x].ty == ScalarType::F32 => Some(x),
-            _ => None,
-        }
+        crate::loops::half_square_of(&self.nest.body, t)
     }
 
     /// The inner loop of phase `pi`: accumulators, the unrolled vector loop, the one-vector
@@ -636,7 +603,7 @@ impl Writer<'_> {
                     Expr::Load(buf) => self.load(buf, &at, part)?,
                     Expr::Const(k) => match ty {
                         ScalarType::F32 => format!("kf_splat({})", f32_lit(k)),
-                        ScalarType::F64 => format!("kd_splat({})", f64_lit(k)),
+                        ScalarType::F64 => format!("kd_splat({})", double_lit(k)),
                         ScalarType::Bool => {
                             format!("ki_splat({})", if k != 0.0 { -1 } else { 0 })
                         }
