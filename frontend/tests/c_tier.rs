@@ -41,6 +41,24 @@ fn kiln_env(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
     )
 }
 
+/// `kiln run FILE --seed 7 --backend cpu --output OUT` plus `extra` arguments, with `envs`;
+/// returns success and stderr.
+fn run_cpu(f: &Path, out: &Path, extra: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
+    let mut args = vec![
+        "run",
+        f.to_str().unwrap(),
+        "--seed",
+        "7",
+        "--backend",
+        "cpu",
+        "--output",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let (ok, _, err) = kiln_env(&args, envs);
+    (ok, err)
+}
+
 /// The outputs `kiln run` saved, by name.
 fn outputs(p: &Path) -> Vec<Vec<f64>> {
     let mut named = kiln::io::load(p).expect("outputs");
@@ -71,17 +89,10 @@ fn run_on_the_c_tier_agrees_and_a_second_process_uses_the_cache() {
     let cache_s = cache.to_str().unwrap();
     let run = |out: &str, tier: &str| {
         let o = f.with_file_name(out);
-        let (ok, _, err) = kiln_env(
-            &[
-                "run",
-                f.to_str().unwrap(),
-                "--seed",
-                "7",
-                "--backend",
-                "cpu",
-                "--output",
-                o.to_str().unwrap(),
-            ],
+        let (ok, err) = run_cpu(
+            &f,
+            &o,
+            &[],
             &[
                 ("KILN_TIER", tier),
                 ("KILN_CACHE_DIR", cache_s),
@@ -121,19 +132,10 @@ fn without_a_c_compiler_kernels_stay_on_cranelift_after_one_line() {
     let f = tmp("no_cc.kir", GRAPH);
     let cache = f.with_file_name("no-cc-cache");
     let o = f.with_file_name("no_cc.safetensors");
-    let (ok, _, err) = kiln_env(
-        &[
-            "run",
-            f.to_str().unwrap(),
-            "--seed",
-            "7",
-            "--backend",
-            "cpu",
-            "--output",
-            o.to_str().unwrap(),
-            "--time",
-            "3",
-        ],
+    let (ok, err) = run_cpu(
+        &f,
+        &o,
+        &["--time", "3"],
         &[
             ("KILN_TIER", "c"),
             ("CC", "/nonexistent/cc"),
@@ -145,19 +147,7 @@ fn without_a_c_compiler_kernels_stay_on_cranelift_after_one_line() {
     assert_eq!(lines.len(), 1, "{err}");
     assert!(lines[0].contains("stay on Cranelift"), "{err}");
     let o2 = f.with_file_name("no_cc_cl.safetensors");
-    let (ok, _, err) = kiln_env(
-        &[
-            "run",
-            f.to_str().unwrap(),
-            "--seed",
-            "7",
-            "--backend",
-            "cpu",
-            "--output",
-            o2.to_str().unwrap(),
-        ],
-        &[("KILN_TIER", "cranelift")],
-    );
+    let (ok, err) = run_cpu(&f, &o2, &[], &[("KILN_TIER", "cranelift")]);
     assert!(ok, "{err}");
     assert_eq!(outputs(&o), outputs(&o2), "the same Cranelift code");
 }
