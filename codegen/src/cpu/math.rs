@@ -64,9 +64,11 @@
 //! in), `relu` keeps NaN and is a single `maxps(0, x)` on vectors.
 
 mod act;
+pub(crate) use act::{negated, tanh_needs_clamp};
 mod emit;
 mod erf;
 mod exp_log;
+pub(crate) use exp_log::{exp_variant, ExpVariant};
 mod fitted;
 mod trig;
 

@@ -14,6 +14,7 @@
 
 pub mod cache;
 pub mod compiler;
+pub mod reference;
 pub mod source;
 pub mod tiering;
 pub mod validate;

@@ -14,8 +14,9 @@
 //! Sums accumulate in f64, as the Cranelift tier and eager do; max and min propagate NaN.
 
 use crate::cpu::emit::{InnerAccess, Spec};
+use crate::cpu::math::{exp_variant, negated, tanh_needs_clamp, ExpVariant};
 use crate::cuda::source::double_lit;
-use crate::loops::{Expr, LoopNest, Phase, ScalarType, ValueId};
+use crate::loops::{value_ranges, Expr, LoopNest, Phase, ScalarType, ValueId, ValueRange};
 use kiln_ir::{BinaryOp, DType, DTypeRule, ReduceOp, UnaryOp};
 use std::fmt::Write;
 
@@ -61,6 +62,7 @@ pub fn c_source(nest: &LoopNest, spec: &Spec, lanes: Lanes) -> Result<String, St
         spec,
         out: String::new(),
         reduce_copies: 4,
+        ranges: value_ranges(&nest.body),
     };
     w.preamble(lanes);
     w.function()?;
@@ -73,6 +75,8 @@ struct Writer<'a> {
     out: String,
     /// body copies per vector iteration in loops that reduce
     reduce_copies: usize,
+    /// each value's range, as the Cranelift emitter sees it (`loops::value_ranges`)
+    ranges: Vec<ValueRange>,
 }
 
 /// How a body copy reads and writes: whole vectors, or the first `n` lanes of one.
@@ -80,6 +84,36 @@ struct Writer<'a> {
 enum Part {
     Whole,
     Partial,
+}
+
+/// `kiln_math.h`'s exp for arguments in `range`: the routine the Cranelift emitter takes
+/// (`cpu::math::exp_variant`), so the special cases the range excludes are left out.
+fn exp_in(range: ValueRange) -> &'static str {
+    match exp_variant(range) {
+        ExpVariant::Core => "kiln_exp_core",
+        ExpVariant::Scaled => "kiln_exp_scaled",
+        ExpVariant::ScaledFlush => "kiln_exp_scaled_flush",
+        ExpVariant::Full => "kiln_exp",
+    }
+}
+
+/// The C of a range-dependent unary op of `a`, whose value lies in `range` (`cpu/math`'s
+/// `unary_general_in` choices), or `None` for ops whose routine does not depend on it.
+fn unary_in(op: UnaryOp, a: &str, range: ValueRange) -> Option<String> {
+    Some(match op {
+        UnaryOp::Exp => format!("{}({a})", exp_in(range)),
+        UnaryOp::Tanh if !tanh_needs_clamp(range) => format!("kiln_tanh_noclamp({a})"),
+        // act.rs's over_one_plus_exp: 1/(1 + e^-x) and x/(1 + e^-x)
+        UnaryOp::Sigmoid => format!(
+            "(kf_splat(1.0f) / ({}(kiln_neg({a})) + kf_splat(1.0f)))",
+            exp_in(negated(range))
+        ),
+        UnaryOp::Silu => format!(
+            "({a} / ({}(kiln_neg({a})) + kf_splat(1.0f)))",
+            exp_in(negated(range))
+        ),
+        _ => return None,
+    })
 }
 
 /// A C literal of type float for `c`.
@@ -378,6 +412,9 @@ impl Writer<'_> {
             Expr::Unary(UnaryOp::Exp, t) if self.half_square_of(t).is_some() => {
                 let x = self.half_square_of(t).expect("checked");
                 format!("kiln_exp_neg_half_sq({})", operand(x))
+            }
+            Expr::Unary(op, x) if unary_in(op, "", self.ranges[x]).is_some() => {
+                unary_in(op, &operand(x), self.ranges[x]).expect("checked")
             }
             Expr::Unary(op, x) => match unary_fn(op) {
                 Some(f) => format!("{f}({})", operand(x)),

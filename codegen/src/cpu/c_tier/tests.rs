@@ -1,6 +1,7 @@
 //! The C tier against the Cranelift tier, kernel by kernel: every kernel of a set of graphs
 //! (row kernels of softmax, layer norm and a variance in f64, sums, max and min, column
-//! sums, bool masks and selects, transcendental chains) is taken by the C tier and agrees
+//! sums, bool masks and selects, transcendental chains, and exp, tanh and sigmoid on bounded
+//! ranges, which take the range's routine as the Cranelift emitter does) is taken by the C tier and agrees
 //! with its Cranelift code at several specialisations; the checker rejects a wrong kernel;
 //! the cache serves a second build and rebuilds damaged entries; `kiln_math.h` meets the
 //! error table of `cpu/math.rs`; and the generated kernel function is snapshot-tested.
@@ -70,10 +71,35 @@ graph @chains(%x: f32[R,C], %y: f32[C]) -> (f32[R,C], f32[R,C], f32[R,C]) {
 }
 "#;
 
+/// exp, tanh and sigmoid of clamped (bounded) values.
+const BOUNDED: &str = r#"
+graph @bounded(%x: f32[R,C]) -> (f32[R,C], f32[R,C], f32[R,C]) {
+  %0 = clamp %x, -5.0, 5.0 : f32[R,C]
+  %1 = tanh %0 : f32[R,C]
+  %2 = sigmoid %0 : f32[R,C]
+  %3 = exp %0 : f32[R,C]
+  %4 = add %1, %2 : f32[R,C]
+  %5 = clamp %x, -200.0, 0.0 : f32[R,C]
+  %6 = exp %5 : f32[R,C]
+  %7 = sigmoid %5 : f32[R,C]
+  %8 = sub %6, %7 : f32[R,C]
+  %9 = clamp %x, -50.0, 80.0 : f32[R,C]
+  %10 = exp %9 : f32[R,C]
+  return %4, %8, %10
+}
+"#;
+
 /// Every loop-nest kernel of the graphs above (fused as the cpu backend fuses them).
 fn nests() -> Vec<LoopNest> {
+    let mut out = nests_of(GRAPHS);
+    out.extend(nests_of(BOUNDED));
+    out
+}
+
+/// The loop-nest kernels of the graphs of `text`.
+fn nests_of(text: &str) -> Vec<LoopNest> {
     let mut out = Vec::new();
-    for g in parse_module(GRAPHS).expect("valid IR") {
+    for g in parse_module(text).expect("valid IR") {
         let opt = run_passes(
             &g,
             &["decompose", "fuse"],
@@ -266,4 +292,24 @@ fn kernel_source_snapshot() {
     let source = c_source(&nest, &spec, Lanes(16)).expect("taken");
     let kernel = &source[source.find("void kiln_kernel").expect("the function")..];
     insta::assert_snapshot!(format!("{nest}\n{kernel}"));
+}
+
+#[test]
+fn bounded_arguments_take_the_ranges_routines() {
+    let opts = CodegenOptions::default();
+    let sources: Vec<String> = nests_of(BOUNDED)
+        .iter()
+        .map(|n| c_source(n, &default_spec(n, &opts), Lanes::host()).expect("taken"))
+        .collect();
+    let all = sources.join("\n");
+    // tanh of [-5, 5]: no clamp; exp and sigmoid of [-5, 5] (NaN passes the clamp): scaled;
+    // exp of [-200, 0]: scaled and flushed; sigmoid of [-200, 0] takes e^[0, 200]: the full exp
+    for routine in [
+        "kiln_tanh_noclamp(",
+        "kiln_exp_scaled(",
+        "kiln_exp_scaled_flush(",
+        "kiln_exp(kiln_neg(",
+    ] {
+        assert!(all.contains(routine), "no {routine} in\n{all}");
+    }
 }

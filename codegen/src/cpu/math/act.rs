@@ -21,8 +21,7 @@ pub(super) fn tanh(e: &mut Em, x: Value, range: ValueRange) -> Value {
     let ax = e.abs(x);
     let y = e.mulc(ax, -2.0);
     // the clamp only where `range` reaches past it (NaN passes either way)
-    let reach = range.lo.abs().max(range.hi.abs());
-    let y = if 2.0 * reach > f64::from(TANH_CLAMP) {
+    let y = if tanh_needs_clamp(range) {
         e.max_keep_nan(y, -TANH_CLAMP)
     } else {
         y
@@ -35,6 +34,12 @@ pub(super) fn tanh(e: &mut Em, x: Value, range: ValueRange) -> Value {
     let q = e.abs(q);
     let sign = e.sign_of(x);
     e.b.ins().bor(q, sign)
+}
+
+/// Whether [`tanh`] of an argument in `range` clamps `-2|x|` at `-TANH_CLAMP` (where
+/// `2|x|` can pass it; the C tier's `kiln_tanh` does, `kiln_tanh_noclamp` does not).
+pub(crate) fn tanh_needs_clamp(range: ValueRange) -> bool {
+    2.0 * range.lo.abs().max(range.hi.abs()) > f64::from(TANH_CLAMP)
 }
 
 /// `num / (1 + e^-arg)`, the shape of sigmoid, silu and gelu-tanh (`e^-arg` → +inf gives
@@ -59,7 +64,7 @@ pub(super) fn silu(e: &mut Em, x: Value, range: ValueRange) -> Value {
 }
 
 /// The range of `-x` for `x` in `r`.
-fn negated(r: ValueRange) -> ValueRange {
+pub(crate) fn negated(r: ValueRange) -> ValueRange {
     ValueRange::new(-r.hi, -r.lo, r.nan)
 }
 

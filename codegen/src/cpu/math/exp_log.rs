@@ -202,18 +202,47 @@ pub(super) fn exp(e: &mut Em, x: Value) -> Value {
 /// result on its range, except that below the smallest normal result [`exp_scaled`] rounds
 /// correctly where [`exp_core`]'s denormal is slightly off.
 pub(super) fn exp_in(e: &mut Em, x: Value, range: ValueRange) -> Value {
-    if !range.nan && range.lo >= f64::from(EXP_LO) && range.hi <= f64::from(EXP_HI) {
-        return exp_core(e, x, None);
-    }
-    if range.hi <= f64::from(SCALED_HI) {
-        let y = exp_scaled(e, x);
-        if range.lo >= f64::from(EXP_LO) {
-            return y;
+    match exp_variant(range) {
+        ExpVariant::Core => exp_core(e, x, None),
+        ExpVariant::Scaled => exp_scaled(e, x),
+        ExpVariant::ScaledFlush => {
+            let y = exp_scaled(e, x);
+            let under = e.cmpc(FloatCC::LessThan, x, EXP_LO);
+            e.zero_if(under, y)
         }
-        let under = e.cmpc(FloatCC::LessThan, x, EXP_LO);
-        return e.zero_if(under, y);
+        ExpVariant::Full => exp(e, x),
     }
-    exp(e, x)
+}
+
+/// Which of exp's routines [`exp_in`] takes for arguments in a range (the C tier's
+/// `kiln_math.h` has the same four: `kiln_exp_core`, `kiln_exp_scaled`,
+/// `kiln_exp_scaled_flush`, `kiln_exp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ExpVariant {
+    /// no NaN, within `[EXP_LO, EXP_HI]`: the core alone
+    Core,
+    /// at most `SCALED_HI`, at least `EXP_LO` (NaN passes): e^r times 2^n as a float
+    Scaled,
+    /// at most `SCALED_HI`, any lower end: `Scaled` plus the flush below `EXP_LO`
+    ScaledFlush,
+    /// anything: every special case handled
+    Full,
+}
+
+/// The routine [`exp_in`] takes for arguments in `range`.
+pub(crate) fn exp_variant(range: ValueRange) -> ExpVariant {
+    let above_lo = range.lo >= f64::from(EXP_LO);
+    if !range.nan && above_lo && range.hi <= f64::from(EXP_HI) {
+        ExpVariant::Core
+    } else if range.hi <= f64::from(SCALED_HI) {
+        if above_lo {
+            ExpVariant::Scaled
+        } else {
+            ExpVariant::ScaledFlush
+        }
+    } else {
+        ExpVariant::Full
+    }
 }
 
 /// `e^(hi+lo)` for `hi + lo ≤ 0` with a small `lo` (the erfc tails' `exp(-a²)` with `a²`

@@ -28,6 +28,7 @@
 
 mod limits;
 mod machine;
+mod reference;
 mod report;
 mod run;
 mod train;
@@ -38,7 +39,7 @@ use kiln::models::{self, Model};
 use kiln::Backend;
 use limits::{triad, triad_len_for_bytes};
 use machine::Machine;
-use report::{human_bytes, Limits, Report, Row, Throughput};
+use report::{human_bytes, Limits, ReferenceRow, Report, Row, Throughput};
 use run::{measure, tolerance, Budget, Measured, WorkloadError};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -430,17 +431,42 @@ fn bench_one(
             Some(triad(triad_len_for_bytes(bytes), plan.working_set).best_gbs)
         }
     };
+    let mut reference = match backend {
+        Backend::Cpu => reference::for_workload(model, &inputs, tolerance(model, backend)),
+        _ => None,
+    };
     progress.set_message(format!("{name}: eager vs compiled ({backend})"));
-    let measured = measure(model, &inputs, backend, plan.workload);
-    row(
+    let prepared = reference.as_mut().and_then(|r| r.prepared.as_mut());
+    let measured = measure(model, &inputs, backend, plan.workload, prepared);
+    let mut r = row(
         model,
         backend,
         bytes,
         flops,
         working_set,
         gemm_gflops,
-        measured,
-    )
+        measured.as_ref(),
+    );
+    if let Some(outcome) = reference {
+        r.reference = Some(reference_row(&outcome, measured.as_ref().ok()));
+    }
+    r
+}
+
+/// The report's entry for a workload's hand-written reference.
+fn reference_row(outcome: &reference::Outcome, m: Option<&Measured>) -> ReferenceRow {
+    let timing = m.and_then(|m| m.reference);
+    ReferenceRow {
+        kernel: "hand-written AVX-512 C loop (codegen/src/cpu/c_tier/reference_softmax.c)",
+        median_ms: timing.map(|t| t.median_ms),
+        min_ms: timing.map(|t| t.min_ms),
+        max_ms: timing.map(|t| t.max_ms),
+        compile_ms: outcome.prepared.as_ref().map(|p| p.compile_ms()),
+        compiled_over_reference: m
+            .zip(timing)
+            .map(|(m, t)| m.compiled.median_ms / t.median_ms),
+        skipped: outcome.skipped.clone(),
+    }
 }
 
 /// The row of a workload that could not be built.
@@ -472,6 +498,10 @@ fn error_row(name: &str, backend: Backend, shape: &[usize], error: String) -> Ro
         tolerance: 1e-4,
         graphs: None,
         tiers: None,
+        cranelift_ms: None,
+        cranelift_min_ms: None,
+        cranelift_max_ms: None,
+        reference: None,
         error: Some(error),
         throughput: None,
         kind: "forward",
@@ -492,7 +522,7 @@ fn row(
     flops: Option<f64>,
     working_set_gbs: Option<f64>,
     gemm_gflops: f64,
-    measured: Result<Measured, WorkloadError>,
+    measured: Result<&Measured, &WorkloadError>,
 ) -> Row {
     let (limit, limit_unit) = match flops {
         Some(_) => (Some(gemm_gflops), "GFLOP/s"),
@@ -513,7 +543,7 @@ fn row(
     let m = match measured {
         Ok(m) => m,
         Err(e) => {
-            if let WorkloadError::Mismatch { rel_error, .. } = &e {
+            if let WorkloadError::Mismatch { rel_error, .. } = e {
                 r.rel_error = Some(*rel_error).filter(|e| e.is_finite());
             }
             r.error = Some(e.to_string());
@@ -538,6 +568,11 @@ fn row(
     r.fraction_of_limit = limit.map(|l| achieved / l);
     r.compile_ms = Some(m.compile_ms);
     r.tiers = m.tiers;
+    if let Some(c) = m.cranelift {
+        r.cranelift_ms = Some(c.median_ms);
+        r.cranelift_min_ms = Some(c.min_ms);
+        r.cranelift_max_ms = Some(c.max_ms);
+    }
     r.throughput = model.items().map(|(per_call, unit)| Throughput {
         unit,
         per_call,
@@ -668,7 +703,7 @@ mod tests {
             None,
             Some(10.0),
             100.0,
-            failure,
+            failure.as_ref(),
         );
         assert!(!r.verified);
         assert_eq!(r.workload, "softmax");

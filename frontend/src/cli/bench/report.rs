@@ -111,6 +111,16 @@ pub struct Row {
     /// code and how many Cranelift code, and how long after the first call the last queued
     /// kernel was swapped in (steady state; `None` on other backends)
     pub tiers: Option<TierSummary>,
+    /// the cpu backend: the median call of the same function compiled with the Cranelift
+    /// tier only (no C tier), timed in the same rotation as `compiled_ms`, ms
+    pub cranelift_ms: Option<f64>,
+    /// its fastest call, ms
+    pub cranelift_min_ms: Option<f64>,
+    /// its slowest call, ms
+    pub cranelift_max_ms: Option<f64>,
+    /// a hand-written kernel for the same workload on the same data, timed in the same
+    /// rotation (softmax on the cpu backend)
+    pub reference: Option<ReferenceRow>,
     /// why the row has no times
     pub error: Option<String>,
     /// items per second for workloads that count items (minilm: sentences)
@@ -157,6 +167,7 @@ impl Report {
             "backend",
             "eager",
             "compiled",
+            "cranelift only",
             "speedup",
             "achieved",
             "limit",
@@ -220,7 +231,9 @@ impl Report {
             l.gemm_runs,
         ));
         out.push_str(
-            "times: median (min–max) of eager and compiled calls timed in alternation; \
+            "times: median (min–max) of eager and compiled calls timed in turn; compiled = \
+             the steady state (hot kernels on the C tier, cpu backend); cranelift only = the \
+             same function compiled with the Cranelift tier alone, timed in the same turns; \
              compile = the first compiled call (trace + compile + run)\n\
              limit: memory-bound rows against a triad over their own working set (bytes read + \
              written), matmul rows against the GEMM peak\n\
@@ -263,12 +276,58 @@ impl Report {
             }
         }
         for r in &self.results {
+            let Some(x) = &r.reference else { continue };
+            match (
+                &x.skipped,
+                x.median_ms,
+                x.min_ms,
+                x.max_ms,
+                x.compiled_over_reference,
+            ) {
+                (None, Some(m), Some(lo), Some(hi), Some(ratio)) => {
+                    let (scale, unit) = unit_of(m);
+                    out.push_str(&format!(
+                        "reference: {}: {} {} ({}–{}) {unit}; compiled takes {ratio:.2}x its \
+                         time\n",
+                        r.workload,
+                        x.kernel,
+                        num(m * scale),
+                        num(lo * scale),
+                        num(hi * scale)
+                    ));
+                }
+                (Some(why), ..) => {
+                    out.push_str(&format!("reference: {}: not run: {why}\n", r.workload));
+                }
+                _ => {}
+            }
+        }
+        for r in &self.results {
             if let Some(e) = &r.error {
                 out.push_str(&format!("error: {} ({}): {e}\n", r.workload, r.backend));
             }
         }
         out
     }
+}
+
+/// A hand-written reference kernel's figures (see [`Row::reference`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct ReferenceRow {
+    /// what the reference is and where its source lives
+    pub kernel: &'static str,
+    /// its median call, ms
+    pub median_ms: Option<f64>,
+    /// its fastest call, ms
+    pub min_ms: Option<f64>,
+    /// its slowest call, ms
+    pub max_ms: Option<f64>,
+    /// the C compiler's time for it, ms (0 when its object was cached)
+    pub compile_ms: Option<f64>,
+    /// the compiled function's median over the reference's
+    pub compiled_over_reference: Option<f64>,
+    /// why it did not run (no AVX-512, no C compiler, a mismatch with eager)
+    pub skipped: Option<String>,
 }
 
 /// The C tier's share of a workload's kernels (see [`Row::tiers`]).
@@ -310,6 +369,7 @@ fn cells(r: &Row) -> Vec<String> {
         r.backend.clone(),
         time(r.eager_ms, r.eager_min_ms, r.eager_max_ms),
         time(r.compiled_ms, r.compiled_min_ms, r.compiled_max_ms),
+        time(r.cranelift_ms, r.cranelift_min_ms, r.cranelift_max_ms),
         r.speedup.map_or_else(dash, |s| format!("{s:.2}x")),
         achieved,
         limit.map_or_else(dash, |(l, unit)| format!("{} {unit}", num(l))),
@@ -391,6 +451,18 @@ mod tests {
             tolerance: 1e-4,
             graphs: verified.then_some(1),
             tiers: None,
+            cranelift_ms: verified.then_some(0.8),
+            cranelift_min_ms: verified.then_some(0.7),
+            cranelift_max_ms: verified.then_some(1.2),
+            reference: verified.then_some(ReferenceRow {
+                kernel: "hand-written loop",
+                median_ms: Some(0.4),
+                min_ms: Some(0.35),
+                max_ms: Some(0.6),
+                compile_ms: Some(300.0),
+                compiled_over_reference: Some(1.25),
+                skipped: None,
+            }),
             error: (!verified).then(|| "output 0 differs".to_string()),
             throughput: verified.then_some(Throughput {
                 unit: "sentences",
@@ -432,6 +504,14 @@ mod tests {
         };
         let table = report.render();
         assert!(table.contains("500 (400–900) µs"), "{table}");
+        // the Cranelift-only column, and the reference's line
+        assert!(table.contains("800 (700–1200) µs"), "{table}");
+        assert!(
+            table.contains(
+                "reference: softmax: hand-written loop 400 (350–600) µs; compiled takes 1.25x"
+            ),
+            "{table}"
+        );
         assert!(table.contains("25.0%"), "{table}");
         assert!(table.contains("FAIL"), "{table}");
         assert!(
@@ -454,6 +534,11 @@ mod tests {
         assert_eq!(json["machine"]["isa"][0], "avx2");
         assert_eq!(json["results"][0]["throughput"]["per_call"], 8);
         assert_eq!(json["results"][0]["kind"], "forward");
+        assert_eq!(json["results"][0]["cranelift_ms"], 0.8);
+        assert_eq!(
+            json["results"][0]["reference"]["compiled_over_reference"],
+            1.25
+        );
         assert_eq!(json["results"][0]["compiled_peak_bytes"], 1 << 20);
         assert_eq!(
             json["results"][1]["eager_peak_bytes"],

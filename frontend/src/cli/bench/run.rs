@@ -9,7 +9,9 @@
 //! call, so that buffers the compiled plan keeps between calls count too.
 
 use kiln::models::Model;
-use kiln::{allocator_stats, compile_with, reset_peak_stats, Backend, CompileOptions, Tensor};
+use kiln::{
+    allocator_stats, compile_with, reset_peak_stats, Backend, CompileOptions, Tensor, TierPolicy,
+};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -115,6 +117,11 @@ pub struct Measured {
     pub compiled_peak_bytes: usize,
     /// the cpu backend's tiers once at steady state
     pub tiers: Option<super::report::TierSummary>,
+    /// the cpu backend: calls of the same function compiled with the Cranelift tier only,
+    /// timed in the same rotation
+    pub cranelift: Option<Timing>,
+    /// calls of the hand-written reference kernel, when the workload has one
+    pub reference: Option<Timing>,
 }
 
 /// The tolerance of the compiled-vs-eager check: relative L2 `1e-4`, and `1e-3` for
@@ -128,12 +135,17 @@ pub fn tolerance(model: &dyn Model, backend: Backend) -> f64 {
 }
 
 /// Compiles `model.forward` with `backend`, times the first call, checks its outputs against
-/// eager ones, then times eager and compiled calls in alternation.
+/// eager ones, then times eager and compiled calls in turn. On the cpu backend the compiled
+/// function runs under the automatic tier policy and reaches its steady state (hot kernels
+/// on the C tier) before the timing, and the same function compiled with the Cranelift tier
+/// only is checked and timed in the same rotation. `hand_written`, when given, is timed in the
+/// rotation too (a hand-written kernel on the same data, checked when prepared).
 pub fn measure(
     model: &dyn Model,
     inputs: &[Tensor],
     backend: Backend,
     budget: Budget,
+    hand_written: Option<&mut super::reference::Prepared>,
 ) -> Result<Measured, WorkloadError> {
     let eager = |xs: &[Tensor]| model.forward(xs);
     let compiled = compile_with(
@@ -162,20 +174,58 @@ pub fn measure(
         None
     };
 
-    let (eager_t, compiled_t) = alternate(
-        budget,
-        || eager(inputs).map(drop),
-        || compiled.call(inputs).map(drop),
-    )?;
+    let cranelift = if backend == Backend::Cpu {
+        let f = compile_with(
+            |xs: &[Tensor]| model.forward(xs),
+            CompileOptions::default()
+                .backend(backend)
+                .name(model.name())
+                .tier(TierPolicy::CraneliftOnly),
+        );
+        check(&eager(inputs)?, &f.call(inputs)?, tolerance(model, backend))?;
+        Some(f)
+    } else {
+        None
+    };
+
+    let mut eager_side = || eager(inputs).map(drop);
+    let mut compiled_side = || compiled.call(inputs).map(drop);
+    let mut cranelift_side = || match &cranelift {
+        Some(f) => f.call(inputs).map(drop),
+        None => Ok(()),
+    };
+    let mut hand_written = hand_written;
+    let has_reference = hand_written.is_some();
+    let mut reference_side = || {
+        if let Some(r) = hand_written.as_mut() {
+            r.run();
+        }
+        Ok(())
+    };
+    let mut sides: Vec<&mut dyn FnMut() -> Result<(), kiln::Error>> =
+        vec![&mut eager_side, &mut compiled_side];
+    let has_cranelift = cranelift.is_some();
+    if has_cranelift {
+        sides.push(&mut cranelift_side);
+    }
+    if has_reference {
+        sides.push(&mut reference_side);
+    }
+    // one timing per side, in the order pushed
+    let t = rotate(budget, &mut sides)?;
+    let cranelift_t = has_cranelift.then(|| t[2]);
+    let reference_t = has_reference.then(|| t[t.len() - 1]);
     Ok(Measured {
         compile_ms,
-        eager: eager_t,
-        compiled: compiled_t,
+        eager: t[0],
+        compiled: t[1],
         rel_error,
         graphs: compiled.stats().compiles,
         eager_peak_bytes,
         compiled_peak_bytes,
         tiers,
+        cranelift: cranelift_t,
+        reference: reference_t,
     })
 }
 
@@ -269,33 +319,42 @@ pub fn alternate<E>(
     mut a: impl FnMut() -> Result<(), E>,
     mut b: impl FnMut() -> Result<(), E>,
 ) -> Result<(Timing, Timing), E> {
+    let t = rotate(budget, &mut [&mut a, &mut b])?;
+    Ok((t[0], t[1]))
+}
+
+/// Times every side in turn, each round starting one side later than the last (`a b c`,
+/// `b c a`, `c a b`, ...) so that no side always follows the same one, after
+/// `budget.warmup` untimed runs of each, until each side has at least `budget.min_runs`
+/// runs and `budget.min_secs` seconds. One [`Timing`] per side, in order.
+pub fn rotate<E>(
+    budget: Budget,
+    sides: &mut [&mut dyn FnMut() -> Result<(), E>],
+) -> Result<Vec<Timing>, E> {
+    let n = sides.len();
     for _ in 0..budget.warmup {
-        a()?;
-        b()?;
+        for side in sides.iter_mut() {
+            side()?;
+        }
     }
-    let (mut ta, mut tb) = (Vec::new(), Vec::new());
-    let (mut sa, mut sb) = (0.0, 0.0);
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut totals = vec![0.0f64; n];
     let min_runs = budget.min_runs.max(1);
-    let mut i = 0usize;
-    while ta.len() < min_runs || sa < budget.min_secs || sb < budget.min_secs {
-        let (x, y) = if i.is_multiple_of(2) {
-            let x = time(&mut a)?;
-            (x, time(&mut b)?)
-        } else {
-            let y = time(&mut b)?;
-            (time(&mut a)?, y)
-        };
-        sa += x;
-        sb += y;
-        ta.push(x);
-        tb.push(y);
-        i += 1;
+    let mut round = 0usize;
+    while n > 0 && (times[0].len() < min_runs || totals.iter().any(|&t| t < budget.min_secs)) {
+        for k in 0..n {
+            let s = (round + k) % n;
+            let t = time(&mut *sides[s])?;
+            totals[s] += t;
+            times[s].push(t);
+        }
+        round += 1;
     }
-    Ok((Timing::from_secs(ta), Timing::from_secs(tb)))
+    Ok(times.into_iter().map(Timing::from_secs).collect())
 }
 
 /// Seconds one call of `f` takes.
-fn time<E>(f: &mut impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+fn time<E>(f: &mut dyn FnMut() -> Result<(), E>) -> Result<f64, E> {
     let start = Instant::now();
     black_box(f()?);
     Ok(start.elapsed().as_secs_f64())
@@ -347,6 +406,40 @@ mod tests {
     }
 
     #[test]
+    fn the_cpu_backend_times_both_tiers_and_the_softmax_reference() {
+        let model = kiln::models::build("softmax", Some(&[5, 33])).unwrap();
+        let inputs = model.example_inputs(0).unwrap();
+        let other = kiln::models::build("reduce", Some(&[4, 8])).unwrap();
+        let other_inputs = other.example_inputs(0).unwrap();
+        assert!(super::super::reference::for_workload(&*other, &other_inputs, 1e-4).is_none());
+        let mut outcome = super::super::reference::for_workload(&*model, &inputs, 1e-4)
+            .expect("softmax has a reference");
+        let budget = Budget {
+            min_runs: 3,
+            min_secs: 0.0,
+            warmup: 1,
+        };
+        let m = measure(
+            &*model,
+            &inputs,
+            Backend::Cpu,
+            budget,
+            outcome.prepared.as_mut(),
+        )
+        .unwrap();
+        assert_eq!(m.cranelift.map(|t| t.runs), Some(3));
+        assert!(m.tiers.is_some());
+        match &outcome.skipped {
+            None => assert_eq!(m.reference.map(|t| t.runs), Some(3)),
+            Some(why) => {
+                // no AVX-512 or no C compiler here: the rotation leaves the side out
+                eprintln!("the reference did not run: {why}");
+                assert!(m.reference.is_none());
+            }
+        }
+    }
+
+    #[test]
     fn a_workload_verifies() {
         let model = kiln::models::build("softmax", Some(&[4, 8])).unwrap();
         let inputs = model.example_inputs(0).unwrap();
@@ -355,7 +448,7 @@ mod tests {
             min_secs: 0.0,
             warmup: 1,
         };
-        let m = measure(&*model, &inputs, Backend::Eager, budget).unwrap();
+        let m = measure(&*model, &inputs, Backend::Eager, budget, None).unwrap();
         assert!(m.rel_error <= 1e-4);
         // each call allocates its output at least (other tests of this binary allocate
         // concurrently, so the figures are not compared exactly)
