@@ -44,7 +44,7 @@ pub use operand::Operand;
 pub use tensor::Tensor;
 
 /// The C tier's state: each kernel's tier, and waiting for queued kernels.
-pub use kiln_codegen::cpu::c_tier::{tiers, wait_for_c_tier, Tier};
+pub use kiln_codegen::cpu::c_tier::{tiers, wait_for_c_tier, KernelTier, Tier};
 /// Per-kernel timing of compiled CPU code (`KILN_PROFILE=1`, `kiln bench --profile`).
 pub use kiln_codegen::profile;
 /// Which code the cpu backend's kernels run (see [`CompileOptions::tier`]).

@@ -203,7 +203,7 @@ fn the_automatic_policy_switches_to_c_code_while_calls_agree_with_eager() {
         calls += 1;
         let all_c = {
             let t = kiln::tiers();
-            !t.is_empty() && t.iter().all(|(_, tier, _)| *tier == Tier::C)
+            !t.is_empty() && t.iter().all(|k| k.tier == Tier::C)
         };
         match switched_at {
             None if all_c => switched_at = Some(calls),
@@ -215,5 +215,59 @@ fn the_automatic_policy_switches_to_c_code_while_calls_agree_with_eager() {
         switched_at.is_some(),
         "no switch to the C tier in {calls} calls: {:?}",
         kiln::tiers()
+    );
+    // explain names each kernel's tier and how its C code was made
+    let report = cf.explain_last();
+    assert!(!report.tiers.is_empty(), "{report}");
+    for t in &report.tiers {
+        assert_eq!(t.tier, Tier::C, "{report}");
+        assert!(t.note.starts_with("C tier after"), "{t}");
+    }
+    assert!(report.to_string().contains("tier: "), "{report}");
+}
+
+#[test]
+fn explain_says_which_tier_each_kernel_runs_and_why() {
+    let f = |x: &Tensor| x.softmax(-1);
+    let x = Tensor::randn(&[7, 33], kiln::DType::F32, 3).expect("x");
+    // the Cranelift-only policy: every kernel on Cranelift, for that reason
+    let only = compile_with(
+        f,
+        CompileOptions::default()
+            .backend(Backend::Cpu)
+            .tier(TierPolicy::CraneliftOnly),
+    );
+    only.call(&x).expect("compiled");
+    let report = only.explain_last();
+    assert!(!report.tiers.is_empty(), "{report}");
+    for t in &report.tiers {
+        assert_eq!(t.tier, Tier::Cranelift, "{report}");
+        assert_eq!(t.note, "the tier policy is Cranelift only", "{report}");
+    }
+    // the automatic policy with a threshold far away: counting, and how far it has come
+    let auto = compile_with(
+        f,
+        CompileOptions::default()
+            .backend(Backend::Cpu)
+            .tier(TierPolicy::Auto)
+            .c_tier_after(Duration::from_secs(3600)),
+    );
+    auto.call(&x).expect("compiled");
+    auto.call(&x).expect("compiled");
+    let report = auto.explain_last();
+    assert!(!report.tiers.is_empty(), "{report}");
+    for t in &report.tiers {
+        assert_eq!(t.tier, Tier::Counting, "{report}");
+        assert!(
+            t.note.starts_with("2 calls, ")
+                && t.note
+                    .ends_with("of the 3600000.0 ms that send it to the C tier"),
+            "{t}"
+        );
+    }
+    let text = report.to_string();
+    assert!(
+        text.contains("tier: ") && text.contains("Cranelift (counting towards the C tier)"),
+        "{text}"
     );
 }

@@ -181,6 +181,14 @@ struct Epilogue {
 }
 
 impl MatmulKernel {
+    /// The tiers of the epilogue's specialisations (none without an epilogue).
+    pub fn tiers(&self) -> Vec<super::c_tier::KernelTier> {
+        self.epilogue
+            .as_ref()
+            .map(|e| e.nest.tiers())
+            .unwrap_or_default()
+    }
+
     /// The generated form of a group whose first op is an f32 matmul, if it has one.
     pub fn new(body: &Graph, opts: &crate::CodegenOptions) -> Result<MatmulKernel, Unsupported> {
         let split = split_matmul_group(body)?;

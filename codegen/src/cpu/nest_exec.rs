@@ -234,9 +234,9 @@ impl NestKernel {
         Ok(f)
     }
 
-    /// The tiers of this kernel's specialisations compiled so far.
-    pub fn tiers(&self) -> Vec<super::c_tier::Tier> {
-        self.compiled.lock().values().map(|t| t.tier()).collect()
+    /// The tiers of this kernel's specialisations compiled so far, and why.
+    pub fn tiers(&self) -> Vec<super::c_tier::KernelTier> {
+        self.compiled.lock().values().map(|t| t.report()).collect()
     }
 
     /// The loop sizes at these tensors (`None` if a size cannot be found or a loop is

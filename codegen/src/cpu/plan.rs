@@ -28,6 +28,16 @@ pub enum CpuKernel {
 }
 
 impl CpuKernel {
+    /// The tiers of the generated code's specialisations compiled so far (the loop nest's,
+    /// or the GEMM epilogue's; none for eager kernels).
+    pub fn tiers(&self) -> Vec<super::c_tier::KernelTier> {
+        match self {
+            CpuKernel::Nest(n) => n.tiers(),
+            CpuKernel::Matmul(m) => m.tiers(),
+            CpuKernel::Eager(_) => Vec::new(),
+        }
+    }
+
     /// How the kernel runs, in a word: `nest`, `matmul` or `eager`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -160,6 +170,13 @@ pub struct CpuPlan {
     donated: Mutex<Option<DonationCache>>,
     /// time spent building the plan (lowering; kernels compile on first call)
     pub build_time: Duration,
+}
+
+impl CpuPlan {
+    /// Every generated kernel specialisation of the plan with its tier, in step order.
+    pub fn tiers(&self) -> Vec<super::c_tier::KernelTier> {
+        self.steps.iter().flat_map(|s| s.kernel.tiers()).collect()
+    }
 }
 
 impl fmt::Debug for CpuPlan {

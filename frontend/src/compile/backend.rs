@@ -8,6 +8,7 @@
 
 use super::{CompileOptions, Mode};
 use crate::error::{Error, Result};
+use kiln_codegen::cpu::c_tier::KernelTier;
 use kiln_codegen::cpu::CpuPlan;
 use kiln_codegen::cuda::gpu::GpuDevice;
 use kiln_codegen::cuda::plan::{CapturedPlan, CudaPlan};
@@ -102,6 +103,12 @@ pub(crate) trait Executable: Send + Sync {
         donate: &[(usize, usize)],
     ) -> Result<(Vec<CpuTensor>, Vec<bool>)> {
         Ok((self.run(inputs)?, vec![false; donate.len()]))
+    }
+
+    /// The tiers of the generated CPU kernels' specialisations compiled so far (none for
+    /// backends without tiers).
+    fn kernel_tiers(&self) -> Vec<KernelTier> {
+        Vec::new()
     }
 }
 
@@ -408,6 +415,10 @@ impl Executable for CpuExecutable {
         self.plan
             .run_donating(inputs, donate)
             .map_err(|e| self.error(e))
+    }
+
+    fn kernel_tiers(&self) -> Vec<KernelTier> {
+        self.plan.tiers()
     }
 }
 

@@ -741,6 +741,24 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                     _ => None,
                 })
                 .collect(),
+            tiers: st
+                .entries
+                .iter()
+                .flat_map(|e| match &e.kind {
+                    EntryKind::Whole {
+                        training: Some(t), ..
+                    } => t.kernel_tiers(),
+                    EntryKind::Whole { exe, .. } => exe.kernel_tiers(),
+                    EntryKind::Stepwise { .. } => Vec::new(),
+                })
+                .chain(
+                    self.shared
+                        .segments
+                        .lock()
+                        .values()
+                        .flat_map(|s| s.kernel_tiers()),
+                )
+                .collect(),
         }
     }
 }

@@ -3,11 +3,13 @@
 use super::guards::Guards;
 use super::stats::CompileStats;
 use super::tracer::GraphBreak;
+use kiln_codegen::cpu::c_tier::KernelTier;
 use kiln_ir::{Graph, Op};
 use kiln_passes::partition::PartitionReport;
 use std::fmt;
 
-/// The graphs a call captured, its graph breaks, and the guards of each cache entry.
+/// The graphs a call captured, its graph breaks, the guards of each cache entry, and the
+/// tier each generated CPU kernel runs.
 #[derive(Clone, Debug)]
 pub struct ExplainReport {
     /// the compiled function's name
@@ -24,6 +26,9 @@ pub struct ExplainReport {
     /// backward (each tensor with its size, the total against eager autograd's) and what
     /// the backward recomputes
     pub partitions: Vec<PartitionReport>,
+    /// the cpu backend: each generated kernel specialisation compiled so far with the tier
+    /// it runs (C or Cranelift) and why (see [`crate::TierPolicy`])
+    pub tiers: Vec<KernelTier>,
 }
 
 impl ExplainReport {
@@ -73,6 +78,9 @@ impl fmt::Display for ExplainReport {
         }
         for (i, p) in self.partitions.iter().enumerate() {
             writeln!(f, "partition {i}: {p}")?;
+        }
+        for t in &self.tiers {
+            writeln!(f, "tier: {t}")?;
         }
         for g in &self.graphs {
             write!(f, "\n{g}")?;

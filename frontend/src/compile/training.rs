@@ -51,6 +51,13 @@ fn compile_error(opts: &CompileOptions, what: &str, e: impl std::fmt::Display) -
 }
 
 impl Training {
+    /// The tiers of the forward's and the backward's generated kernels, in that order.
+    pub(crate) fn kernel_tiers(&self) -> Vec<kiln_codegen::cpu::c_tier::KernelTier> {
+        let mut t = self.fwd.kernel_tiers();
+        t.extend(self.bwd.kernel_tiers());
+        t
+    }
+
     /// Differentiates, partitions and compiles `graph` for inputs whose `wants_grad` is
     /// true. `None` when no gradient can flow (no floating output depends on such an
     /// input): the plain graph serves.

@@ -19,7 +19,7 @@ pub mod source;
 pub mod tiering;
 pub mod validate;
 
-pub use tiering::{tiers, wait_for_c_tier, Tier, TieredFn};
+pub use tiering::{tiers, wait_for_c_tier, KernelTier, Tier, TieredFn};
 
 #[cfg(test)]
 mod tests;

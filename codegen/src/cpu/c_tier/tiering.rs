@@ -71,7 +71,10 @@ impl TieredFn {
             threshold: spec.opts.c_tier_after.as_nanos().min(u64::MAX as u128) as u64,
             nest: nest.clone(),
             spec: spec.clone(),
-            note: Mutex::new(String::new()),
+            note: Mutex::new(match spec.opts.tier {
+                TierPolicy::CraneliftOnly => "the tier policy is Cranelift only".to_string(),
+                _ => String::new(),
+            }),
         });
         register(&t);
         if spec.opts.tier == TierPolicy::CUpFront {
@@ -191,14 +194,63 @@ fn register(t: &Arc<TieredFn>) {
     }
 }
 
-/// The tiered kernels alive now: (name, tier, note).
-pub fn tiers() -> Vec<(String, Tier, String)> {
+/// One kernel specialisation's tier, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTier {
+    /// the kernel's name
+    pub kernel: String,
+    /// the tier it runs now
+    pub tier: Tier,
+    /// why it runs that tier, or how its C code was built (empty while counting or queued)
+    pub note: String,
+}
+
+impl std::fmt::Display for KernelTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tier = match self.tier {
+            Tier::Counting => "Cranelift (counting towards the C tier)",
+            Tier::Queued => "Cranelift (queued for the C tier)",
+            Tier::C => "C",
+            Tier::Cranelift => "Cranelift",
+        };
+        if self.note.is_empty() {
+            write!(f, "{}: {tier}", self.kernel)
+        } else {
+            write!(f, "{}: {tier}; {}", self.kernel, self.note)
+        }
+    }
+}
+
+impl TieredFn {
+    /// This specialisation's tier, and why (while it counts: how far it is from the
+    /// threshold).
+    pub fn report(&self) -> KernelTier {
+        let tier = self.tier();
+        let note = match tier {
+            Tier::Counting => format!(
+                "{} calls, {:.1} ms of the {:.1} ms that send it to the C tier",
+                self.calls.load(Ordering::Relaxed),
+                self.nanos.load(Ordering::Relaxed) as f64 / 1e6,
+                self.threshold as f64 / 1e6
+            ),
+            _ => self.note(),
+        };
+        KernelTier {
+            kernel: self.name().to_string(),
+            tier,
+            note,
+        }
+    }
+}
+
+/// The tiered kernels alive now, in the process.
+pub fn tiers() -> Vec<KernelTier> {
     TIERED
         .lock()
         .map(|reg| {
             reg.iter()
                 .filter_map(std::sync::Weak::upgrade)
-                .map(|t| (t.name().to_string(), t.tier(), t.note()))
+                .map(|t| t.report())
                 .collect()
         })
         .unwrap_or_default()
@@ -292,7 +344,7 @@ fn build(t: &TieredFn) -> Result<(KernelFn, String), Reason> {
 pub fn wait_for_c_tier(timeout: Duration) -> bool {
     let start = Instant::now();
     loop {
-        let queued = tiers().iter().any(|(_, t, _)| *t == Tier::Queued);
+        let queued = tiers().iter().any(|t| t.tier == Tier::Queued);
         if !queued {
             return true;
         }

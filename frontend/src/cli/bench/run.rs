@@ -246,7 +246,7 @@ pub fn steady_state<E>(
     kiln::wait_for_c_tier(std::time::Duration::from_secs(120));
     let full_speed_ms = first_call.elapsed().as_secs_f64() * 1e3;
     let tiers = kiln::tiers();
-    let c_kernels = tiers.iter().filter(|(_, t, _)| *t == kiln::Tier::C).count();
+    let c_kernels = tiers.iter().filter(|t| t.tier == kiln::Tier::C).count();
     Ok(super::report::TierSummary {
         c_kernels,
         cranelift_kernels: tiers.len() - c_kernels,
