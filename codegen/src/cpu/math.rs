@@ -70,6 +70,7 @@ mod erf;
 mod exp_log;
 pub(crate) use exp_log::{exp_variant, ExpVariant};
 mod fitted;
+pub(crate) use fitted::fit;
 mod trig;
 
 #[cfg(test)]

@@ -13,8 +13,10 @@
 //!
 //! Sums accumulate in f64, as the Cranelift tier and eager do; max and min propagate NaN.
 
+use crate::cpu::chain_fits::{chain_fits, ChainFits};
 use crate::cpu::emit::{InnerAccess, Spec};
-use crate::cpu::math::{exp_variant, negated, tanh_needs_clamp, ExpVariant};
+use crate::cpu::jit::host_fma;
+use crate::cpu::math::{exp_variant, fit, negated, tanh_needs_clamp, ExpVariant};
 use crate::cuda::source::double_lit;
 use crate::loops::{value_ranges, Expr, LoopNest, Phase, ScalarType, ValueId, ValueRange};
 use kiln_ir::{BinaryOp, DType, DTypeRule, ReduceOp, UnaryOp};
@@ -62,8 +64,11 @@ pub fn c_source(nest: &LoopNest, spec: &Spec, lanes: Lanes) -> Result<String, St
         spec,
         out: String::new(),
         reduce_copies: 4,
-        ranges: value_ranges(&nest.body),
+        ranges: Vec::new(),
+        chains: ChainFits::default(),
     };
+    w.ranges = value_ranges(&nest.body);
+    w.chains = chain_fits(nest, &w.ranges, host_fma(), spec.opts.chain_fits);
     w.preamble(lanes);
     w.function()?;
     Ok(w.out)
@@ -77,6 +82,9 @@ struct Writer<'a> {
     reduce_copies: usize,
     /// each value's range, as the Cranelift emitter sees it (`loops::value_ranges`)
     ranges: Vec<ValueRange>,
+    /// the unary chains computed as one fitted polynomial, as the Cranelift emitter
+    /// computes them (`cpu::chain_fits`)
+    chains: ChainFits,
 }
 
 /// How a body copy reads and writes: whole vectors, or the first `n` lanes of one.
@@ -97,9 +105,14 @@ fn exp_in(range: ValueRange) -> &'static str {
     }
 }
 
-/// The C of a range-dependent unary op of `a`, whose value lies in `range` (`cpu/math`'s
-/// `unary_general_in` choices), or `None` for ops whose routine does not depend on it.
+/// The C of a range-dependent unary op of `a`, whose value lies in `range`, or `None` for
+/// ops whose routine does not depend on it: `cpu/math`'s choices (`unary_in`), a polynomial
+/// fitted to the op on the range (`math/fitted.rs`, the same coefficients and roundings),
+/// else the general routine's variant for the range (`unary_general_in`).
 fn unary_in(op: UnaryOp, a: &str, range: ValueRange) -> Option<String> {
+    if let Some(f) = fit(op, range, host_fma()) {
+        return Some(f.c_expr(a));
+    }
     Some(match op {
         UnaryOp::Exp => format!("{}({a})", exp_in(range)),
         UnaryOp::Tanh if !tanh_needs_clamp(range) => format!("kiln_tanh_noclamp({a})"),
@@ -627,6 +640,10 @@ impl Writer<'_> {
         let ind = 4;
         // statements interleaved across copies, as the Cranelift emitter does
         for &v in point {
+            // a fitted chain's members are never computed (its output is)
+            if self.chains.absorbed.contains(&v) {
+                continue;
+            }
             for &c in copies {
                 let at = format!("(i + {c} * KILN_W)");
                 let st = &self.nest.body[v];
@@ -650,6 +667,16 @@ impl Writer<'_> {
                         _ => "kf_splat(inner_len)".into(),
                     },
                     Expr::Reduce(..) => return Err("a reduction as a point value".into()),
+                    _ if self.chains.fits.contains_key(&v) => {
+                        let chain = &self.chains.fits[&v];
+                        let x = chain.input;
+                        let input = if self.is_row(x) {
+                            self.splat_row(x)
+                        } else {
+                            format!("v{x}_{c}")
+                        };
+                        chain.fit.c_expr(&input)
+                    }
                     other => {
                         let operand = |x: ValueId| {
                             if self.is_row(x) {

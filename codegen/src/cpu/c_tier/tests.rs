@@ -1,7 +1,8 @@
 //! The C tier against the Cranelift tier, kernel by kernel: every kernel of a set of graphs
 //! (row kernels of softmax, layer norm and a variance in f64, sums, max and min, column
-//! sums, bool masks and selects, transcendental chains, and exp, tanh and sigmoid on bounded
-//! ranges, which take the range's routine as the Cranelift emitter does) is taken by the C tier and agrees
+//! sums, bool masks and selects, transcendental chains, exp, tanh and sigmoid on bounded
+//! ranges, and polynomials fitted to ops and chains on their ranges, each taking the routine
+//! the Cranelift emitter takes) is taken by the C tier and agrees
 //! with its Cranelift code at several specialisations; the checker rejects a wrong kernel;
 //! the cache serves a second build and rebuilds damaged entries; `kiln_math.h` meets the
 //! error table of `cpu/math.rs`; and the generated kernel function is snapshot-tested.
@@ -73,6 +74,18 @@ graph @chains(%x: f32[R,C], %y: f32[C]) -> (f32[R,C], f32[R,C], f32[R,C]) {
 
 /// exp, tanh and sigmoid of clamped (bounded) values.
 const BOUNDED: &str = r#"
+graph @fitted(%x: f32[R,C]) -> (f32[R,C], f32[R,C]) {
+  %0 = tanh %x : f32[R,C]
+  %1 = sigmoid %0 : f32[R,C]
+  %2 = add %1, 0.3 : f32[R,C]
+  %3 = mul %2, 1.4 : f32[R,C]
+  %4 = tanh %3 : f32[R,C]
+  %5 = sigmoid %4 : f32[R,C]
+  %6 = tanh %x : f32[R,C]
+  %7 = sigmoid %6 : f32[R,C]
+  %8 = mul %7, %x : f32[R,C]
+  return %5, %8
+}
 graph @bounded(%x: f32[R,C]) -> (f32[R,C], f32[R,C], f32[R,C]) {
   %0 = clamp %x, -5.0, 5.0 : f32[R,C]
   %1 = tanh %0 : f32[R,C]
@@ -304,11 +317,15 @@ fn bounded_arguments_take_the_ranges_routines() {
     let all = sources.join("\n");
     // tanh of [-5, 5]: no clamp; exp and sigmoid of [-5, 5] (NaN passes the clamp): scaled;
     // exp of [-200, 0]: scaled and flushed; sigmoid of [-200, 0] takes e^[0, 200]: the full exp
+    // sigmoid(tanh x) (an argument in [-1, 1]) is a fitted odd polynomial ("x_"), the chain
+    // after tanh one polynomial of its input ("t_" is the shifted form's argument)
     for routine in [
         "kiln_tanh_noclamp(",
         "kiln_exp_scaled(",
         "kiln_exp_scaled_flush(",
         "kiln_exp(kiln_neg(",
+        "({ const kf t_ = kiln__fma(",
+        "({ const kf x_ = ",
     ] {
         assert!(all.contains(routine), "no {routine} in\n{all}");
     }
