@@ -66,9 +66,10 @@ pub struct Row {
     pub compiled_ms: Option<f64>,
     /// `eager_ms / compiled_ms`
     pub speedup: Option<f64>,
-    /// `bytes / compiled time`, GB/s (memory-bound workloads)
+    /// `bytes / compiled time`, GB/s (memory-bound workloads), from the compiled calls timed
+    /// back to back (`compiled_alone_ms`), as the limits are measured
     pub gbs: Option<f64>,
-    /// `flops / compiled time`, GFLOP/s (matmul workloads)
+    /// `flops / compiled time`, GFLOP/s (matmul workloads), likewise
     pub gflops: Option<f64>,
     /// `gbs` or `gflops` over `limit`
     pub fraction_of_limit: Option<f64>,
@@ -121,6 +122,14 @@ pub struct Row {
     /// a hand-written kernel for the same workload on the same data, timed in the same
     /// rotation (softmax on the cpu backend)
     pub reference: Option<ReferenceRow>,
+    /// the median compiled call timed back to back, alone (after the rotation), ms: no
+    /// eager call between two evicts the caches, as in a loop of inferences and as
+    /// `scripts/peer-bench.py` times torch
+    pub compiled_alone_ms: Option<f64>,
+    /// its fastest call, ms
+    pub compiled_alone_min_ms: Option<f64>,
+    /// its slowest call, ms
+    pub compiled_alone_max_ms: Option<f64>,
     /// why the row has no times
     pub error: Option<String>,
     /// items per second for workloads that count items (minilm: sentences)
@@ -168,6 +177,7 @@ impl Report {
             "eager",
             "compiled",
             "cranelift only",
+            "compiled alone",
             "speedup",
             "achieved",
             "limit",
@@ -234,9 +244,12 @@ impl Report {
             "times: median (min–max) of eager and compiled calls timed in turn; compiled = \
              the steady state (hot kernels on the C tier, cpu backend); cranelift only = the \
              same function compiled with the Cranelift tier alone, timed in the same turns; \
-             compile = the first compiled call (trace + compile + run)\n\
+             compiled alone = compiled calls back to back after the turns (caches warm from \
+             the last call, as peer scripts time torch); compile = the first compiled call \
+             (trace + compile + run)\n\
              limit: memory-bound rows against a triad over their own working set (bytes read + \
-             written), matmul rows against the GEMM peak\n\
+             written), matmul rows against the GEMM peak; achieved from the compiled alone \
+             times, as the limits are measured back to back\n\
              peak memory: the allocator's most bytes in live tensors during a side's calls, \
              above what was held before them\n",
         );
@@ -370,6 +383,11 @@ fn cells(r: &Row) -> Vec<String> {
         time(r.eager_ms, r.eager_min_ms, r.eager_max_ms),
         time(r.compiled_ms, r.compiled_min_ms, r.compiled_max_ms),
         time(r.cranelift_ms, r.cranelift_min_ms, r.cranelift_max_ms),
+        time(
+            r.compiled_alone_ms,
+            r.compiled_alone_min_ms,
+            r.compiled_alone_max_ms,
+        ),
         r.speedup.map_or_else(dash, |s| format!("{s:.2}x")),
         achieved,
         limit.map_or_else(dash, |(l, unit)| format!("{} {unit}", num(l))),
@@ -454,6 +472,9 @@ mod tests {
             cranelift_ms: verified.then_some(0.8),
             cranelift_min_ms: verified.then_some(0.7),
             cranelift_max_ms: verified.then_some(1.2),
+            compiled_alone_ms: verified.then_some(0.45),
+            compiled_alone_min_ms: verified.then_some(0.3),
+            compiled_alone_max_ms: verified.then_some(0.6),
             reference: verified.then_some(ReferenceRow {
                 kernel: "hand-written loop",
                 median_ms: Some(0.4),
@@ -506,6 +527,7 @@ mod tests {
         assert!(table.contains("500 (400–900) µs"), "{table}");
         // the Cranelift-only column, and the reference's line
         assert!(table.contains("800 (700–1200) µs"), "{table}");
+        assert!(table.contains("450 (300–600) µs"), "{table}");
         assert!(
             table.contains(
                 "reference: softmax: hand-written loop 400 (350–600) µs; compiled takes 1.25x"

@@ -122,6 +122,10 @@ pub struct Measured {
     pub cranelift: Option<Timing>,
     /// calls of the hand-written reference kernel, when the workload has one
     pub reference: Option<Timing>,
+    /// calls of the compiled function back to back, after the rotation (no other side's
+    /// call between two: caches hold what the last call left, as in a loop of inferences
+    /// and as the peers' scripts time torch)
+    pub compiled_alone: Timing,
 }
 
 /// The tolerance of the compiled-vs-eager check: relative L2 `1e-4`, and `1e-3` for
@@ -213,6 +217,8 @@ pub fn measure(
     }
     // one timing per side, in the order pushed
     let t = rotate(budget, &mut sides)?;
+    drop(sides);
+    let alone = rotate(budget, &mut [&mut compiled_side])?[0];
     let cranelift_t = has_cranelift.then(|| t[2]);
     let reference_t = has_reference.then(|| t[t.len() - 1]);
     Ok(Measured {
@@ -226,6 +232,7 @@ pub fn measure(
         tiers,
         cranelift: cranelift_t,
         reference: reference_t,
+        compiled_alone: alone,
     })
 }
 
@@ -454,5 +461,6 @@ mod tests {
         // concurrently, so the figures are not compared exactly)
         assert!(m.eager_peak_bytes > 0 && m.compiled_peak_bytes > 0, "{m:?}");
         assert_eq!((m.eager.runs, m.compiled.runs), (3, 3));
+        assert_eq!(m.compiled_alone.runs, 3);
     }
 }
