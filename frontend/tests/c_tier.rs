@@ -271,3 +271,33 @@ fn explain_says_which_tier_each_kernel_runs_and_why() {
         "{text}"
     );
 }
+
+#[test]
+fn the_c_tier_rounds_a_product_before_adding_it_as_eager_does() {
+    // a·a = 1 + 2^-11 + 2^-24 exactly, which rounds to 1 + 2^-11 in f32 (a tie, to even):
+    // a·a + c is 0 with two roundings (eager, Cranelift) and 2^-24 fused into one
+    let a = 1.0f32 + 2f32.powi(-12);
+    let c = -(1.0f32 + 2f32.powi(-11));
+    let n = 37;
+    let xs = vec![
+        Tensor::from_vec(vec![a; n], &[n]).expect("a"),
+        Tensor::from_vec(vec![a; n], &[n]).expect("b"),
+        Tensor::from_vec(vec![c; n], &[n]).expect("c"),
+    ];
+    let f = |x: &[Tensor]| -> kiln::Result<Vec<Tensor>> { Ok(vec![x[0].mul(&x[1])?.add(&x[2])?]) };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = CompileOptions::default()
+        .backend(Backend::Cpu)
+        .tier(TierPolicy::CUpFront);
+    opts.codegen.cache_dir = Some(dir.path().to_path_buf());
+    let cf = compile_with(f, opts);
+    let got = cf.call(&xs).expect("compiled")[0].to_vec::<f32>().unwrap();
+    let want = f(&xs).expect("eager")[0].to_vec::<f32>().unwrap();
+    assert!(want.iter().all(|&w| w == 0.0), "{want:?}");
+    let report = cf.explain_last();
+    if report.tiers.iter().all(|t| t.tier == Tier::C) {
+        assert_eq!(got, want, "{report}");
+    } else {
+        eprintln!("skipped: no kernel on the C tier here ({report})");
+    }
+}

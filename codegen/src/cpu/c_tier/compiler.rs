@@ -14,13 +14,18 @@ use std::time::{Duration, Instant};
 
 /// The flags every kernel is compiled with. `-fno-math-errno` lets `sqrt` vectorise (errno
 /// is not a result); `-fno-trapping-math` assumes no floating-point trap handler. Neither
-/// changes a NaN or an infinity; nothing like `-ffast-math` is used.
+/// changes a NaN or an infinity; nothing like `-ffast-math` is used. `-ffp-contract=off`
+/// keeps `a * b + c` two roundings, as eager and the Cranelift tier compute it (GNU C fuses
+/// it by default: a contracted `x * y - max` was finite where eager's is not, as NVRTC's
+/// `--fmad=false` and the CUDA emulator's flag record); `kiln_math.h` fuses where it means
+/// to, through `kiln__fma`.
 pub const FLAGS: &[&str] = &[
     "-O3",
     "-march=native",
     "-mprefer-vector-width=512",
     "-fno-math-errno",
     "-fno-trapping-math",
+    "-ffp-contract=off",
     "-fPIC",
     "-shared",
     "-w",
