@@ -3,6 +3,7 @@
 
 #![warn(missing_docs)]
 
+mod c_literal;
 pub mod cpu;
 pub mod cuda;
 mod error;

@@ -16,6 +16,7 @@
 //! reductions propagate NaN; `relu` keeps NaN; `rsqrt` is `1/sqrtf` (CUDA's `rsqrtf` is not
 //! correctly rounded); sigmoid, silu and the tanh form of gelu are `x/(1 + e^-t)` forms.
 
+use crate::c_literal::hex_float;
 use crate::loops::{Expr, LoopNest, Phase, ScalarType, ValueId};
 use kiln_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 use std::fmt::Write;
@@ -104,26 +105,6 @@ fn float_lit(c: f64) -> String {
     } else {
         hex_float(f)
     }
-}
-
-/// `f` (finite) as a C99 hexadecimal float literal with the `f` suffix: exact.
-fn hex_float(f: f32) -> String {
-    if f == 0.0 {
-        return if f.is_sign_negative() {
-            "(-0.0f)"
-        } else {
-            "0.0f"
-        }
-        .to_string();
-    }
-    let bits = f.to_bits();
-    let sign = if bits >> 31 == 1 { "-" } else { "" };
-    let exp = ((bits >> 23) & 0xff) as i32;
-    let mant = bits & 0x7f_ffff;
-    // normal: 1.m × 2^(e-127); denormal: 0.m × 2^-126
-    let (lead, e) = if exp == 0 { (0, -126) } else { (1, exp - 127) };
-    // 23 mantissa bits as 6 hex digits (shifted left by one to fill 24 bits)
-    format!("({sign}0x{lead}.{:06x}p{e:+}f)", mant << 1)
 }
 
 /// One step of a pointwise body: a statement or a store.
@@ -777,10 +758,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hex_floats_are_exact() {
-        assert_eq!(hex_float(1.5), "(0x1.800000p+0f)");
-        assert_eq!(hex_float(-0.25), "(-0x1.000000p-2f)");
-        assert_eq!(hex_float(f32::MIN_POSITIVE / 2.0), "(0x0.800000p-126f)");
+    fn float_literals_and_identifiers() {
         assert_eq!(float_lit(f64::NEG_INFINITY), "(-INFINITY)");
         assert_eq!(c_ident("k0 row.x"), "k0_row_x");
     }

@@ -26,6 +26,7 @@
 //! scalar tail and every later kernel with the same range reuse one fit.
 
 use super::emit::Em;
+use crate::c_literal::hex_float;
 use crate::loops::{eval_chain, ChainStep, ValueRange};
 use cranelift_codegen::ir::Value;
 use kiln_ir::UnaryOp;
@@ -308,29 +309,6 @@ fn chebyshev_monomial(g: impl Fn(f64) -> f64, deg: usize) -> Vec<f64> {
     out
 }
 
-/// `c` as an exact C hexadecimal float literal (`0x1.8p+0f`); infinities and NaN do not
-/// occur in fits.
-fn hex_f32(c: f32) -> String {
-    if c == 0.0 {
-        return if c.is_sign_negative() {
-            "-0.0f"
-        } else {
-            "0.0f"
-        }
-        .to_string();
-    }
-    let bits = c.to_bits();
-    let sign = if bits >> 31 == 1 { "-" } else { "" };
-    let exp = ((bits >> 23) & 0xff) as i32;
-    let frac = bits & 0x7f_ffff;
-    if exp == 0 {
-        // subnormal: 0x0.<frac>p-126
-        format!("{sign}0x0.{:06x}p-126f", frac << 1)
-    } else {
-        format!("{sign}0x1.{:06x}p{:+}f", frac << 1, exp - 127)
-    }
-}
-
 /// `a·m + c` in f32 as the emitter computes it: fused or two roundings.
 fn mul_add(a: f32, m: f32, c: f32, fma: bool) -> f32 {
     if fma {
@@ -384,7 +362,7 @@ impl Fitted {
     /// (`kiln_math.h`: `kiln__fma` is fused when the host has FMA, as `fma` says here; f32
     /// literals written exactly in hex).
     pub(crate) fn c_expr(&self, x: &str) -> String {
-        let lit = |c: f32| format!("kf_splat({})", hex_f32(c));
+        let lit = |c: f32| format!("kf_splat({})", hex_float(c));
         let horner = |t: &str| {
             let (first, rest) = self.coefs.split_first().expect("a fit has coefficients");
             rest.iter().fold(lit(*first), |p, &k| {
@@ -464,27 +442,6 @@ mod tests {
 
     fn range(lo: f64, hi: f64) -> ValueRange {
         ValueRange::new(lo, hi, true)
-    }
-
-    #[test]
-    fn c_literals_are_exact() {
-        assert_eq!(hex_f32(1.5), "0x1.800000p+0f");
-        assert_eq!(hex_f32(-0.1), "-0x1.99999ap-4f");
-        assert_eq!(hex_f32(f32::MAX), "0x1.fffffep+127f");
-        assert_eq!(hex_f32(f32::MIN_POSITIVE), "0x1.000000p-126f");
-        assert_eq!(hex_f32(f32::from_bits(1)), "0x0.000002p-126f");
-        assert_eq!(hex_f32(-0.0), "-0.0f");
-        // every literal reads back as its value: mantissa digits times the power of two
-        for x in [1.0f32, 3.0e-5, -7.25, 123456.79, 1.0e-40] {
-            let s = hex_f32(x);
-            let (m, e) = s.trim_end_matches('f').split_once('p').unwrap();
-            let neg = m.starts_with('-');
-            let m = m.trim_start_matches('-').trim_start_matches("0x");
-            let (int, frac) = m.split_once('.').unwrap();
-            let frac = u64::from_str_radix(frac, 16).unwrap() as f64 / 16f64.powi(6);
-            let v = (int.parse::<f64>().unwrap() + frac) * 2f64.powi(e.parse().unwrap());
-            assert_eq!(if neg { -v } else { v } as f32, x, "{s}");
-        }
     }
 
     #[test]
