@@ -95,10 +95,14 @@ fn advise_huge_pages(_ptr: *mut u8, _len: usize) {}
 
 /// An owned, 64-byte aligned block of memory from the caching allocator. Dropping it returns
 /// it to the pool. A block of 0 bytes holds no memory (its pointer is dangling but aligned).
+/// A *foreign* block borrows memory another library owns (a PyTorch tensor's storage): it
+/// holds that owner alive and gives nothing back to the pool.
 pub(crate) struct Block {
     ptr: NonNull<u8>,
-    /// the size class (0 for an empty block)
+    /// the size class (0 for an empty or foreign block)
     class: usize,
+    /// what keeps a foreign block's memory alive (dropped with the block)
+    _owner: Option<Box<dyn Send + Sync>>,
 }
 
 // SAFETY: a Block owns its memory exclusively (like a Box<[u8]>); access to the bytes is
@@ -137,7 +141,11 @@ impl Block {
         if nbytes == 0 {
             // Aligned, non-null, never dereferenced (slices over it have length 0).
             let ptr = NonNull::new(ALIGN as *mut u8).expect("non-zero");
-            return Block { ptr, class: 0 };
+            return Block {
+                ptr,
+                class: 0,
+                _owner: None,
+            };
         }
         let class = size_class(nbytes);
         let cached = {
@@ -155,13 +163,34 @@ impl Block {
             if zeroed {
                 zero_bytes(ptr, nbytes);
             }
-            return Block { ptr, class };
+            return Block {
+                ptr,
+                class,
+                _owner: None,
+            };
         }
         let ptr = system_alloc(class, zeroed);
         let mut pool = POOL.lock();
         add_allocated(&mut pool.stats, class);
         pool.stats.reserved_bytes += class;
-        Block { ptr, class }
+        Block {
+            ptr,
+            class,
+            _owner: None,
+        }
+    }
+
+    /// A block over memory that `owner` keeps alive.
+    ///
+    /// # Safety
+    /// `ptr` must stay valid for reads (and for writes, if anything writes the storage) of
+    /// the storage's bytes for as long as `owner` lives, and be aligned for its dtype.
+    pub(crate) unsafe fn foreign(ptr: NonNull<u8>, owner: Box<dyn Send + Sync>) -> Block {
+        Block {
+            ptr,
+            class: 0,
+            _owner: Some(owner),
+        }
     }
 
     /// The block's address.

@@ -78,6 +78,29 @@ impl CpuTensor {
 }
 
 impl CpuTensor {
+    /// A view of memory another library owns (a PyTorch tensor), without copying: a storage
+    /// of `storage_len` elements at `ptr` (see [`Storage::from_foreign`]) seen with `shape`,
+    /// `strides` and `offset` (in elements), which must stay inside it.
+    ///
+    /// # Safety
+    /// As [`Storage::from_foreign`]: `ptr` valid for `storage_len` elements of `dtype`,
+    /// aligned, and alive (with nothing else writing it while kiln reads) as long as `owner`.
+    pub unsafe fn from_foreign(
+        ptr: *mut u8,
+        dtype: DType,
+        storage_len: usize,
+        shape: &[usize],
+        strides: &[isize],
+        offset: usize,
+        owner: Box<dyn Send + Sync>,
+    ) -> Result<CpuTensor, RuntimeError> {
+        // SAFETY: the caller's contract.
+        let storage = unsafe { Storage::from_foreign(ptr, storage_len, dtype, owner)? };
+        let flat = CpuTensor::from_storage(storage, &[storage_len]);
+        flat.with_layout(shape, strides, offset)
+            .map_err(|e| e.renamed("from_foreign"))
+    }
+
     /// A contiguous copy with storage of its own.
     pub fn deep_copy(&self) -> CpuTensor {
         self.copy_as(self.dtype())

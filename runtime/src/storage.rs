@@ -10,6 +10,7 @@ use kiln_ir::DType;
 use parking_lot::{MappedRecursiveRwLockReadGuard, RecursiveRwLock, RecursiveRwLockReadGuard};
 use parking_lot::{MappedRecursiveRwLockWriteGuard, RecursiveRwLockWriteGuard};
 use std::mem::MaybeUninit;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The elements of a storage. Only reachable through the storage's lock.
@@ -112,6 +113,39 @@ impl Storage {
             .expect("tensor size overflows usize");
         // All-zero bytes are a valid zero of every dtype.
         Self::from_block(Block::new(nbytes, true), len, dtype)
+    }
+
+    /// A storage of `len` elements of `dtype` over memory another library owns (a PyTorch
+    /// tensor's storage), without copying: `owner` is kept alive until the storage drops,
+    /// and nothing is given back to kiln's allocator.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` elements of `dtype` and aligned for
+    /// that dtype for as long as `owner` lives, and nothing else may write those bytes while
+    /// kiln reads them.
+    pub unsafe fn from_foreign(
+        ptr: *mut u8,
+        len: usize,
+        dtype: DType,
+        owner: Box<dyn Send + Sync>,
+    ) -> Result<Storage, RuntimeError> {
+        let bad = |reason: &str| RuntimeError::ShapeMismatch {
+            op: "from_foreign",
+            shape: vec![len],
+            reason: reason.to_string(),
+        };
+        if len.checked_mul(dtype.size_bytes()).is_none() {
+            return Err(bad("the byte count overflows"));
+        }
+        let ptr = match NonNull::new(ptr) {
+            Some(p) if (p.as_ptr() as usize).is_multiple_of(dtype.size_bytes()) => p,
+            Some(_) => return Err(bad("the pointer is not aligned for the dtype")),
+            None if len == 0 => NonNull::<u64>::dangling().cast(),
+            None => return Err(bad("the pointer is null")),
+        };
+        // SAFETY: the caller's contract is the block's.
+        let block = unsafe { Block::foreign(ptr, owner) };
+        Ok(Self::from_block(block, len, dtype))
     }
 
     fn from_block(block: Block, len: usize, dtype: DType) -> Storage {

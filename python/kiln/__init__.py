@@ -1,0 +1,17 @@
+"""kiln for PyTorch users: ``torch.compile(model, backend="kiln")``.
+
+kiln is a graph-capturing JIT compiler for tensor programs written in Rust. This package
+registers it as a torch.compile backend (entry point group ``torch_dynamo_backends``):
+
+>>> import torch
+>>> f = torch.compile(lambda x: torch.relu(x) * 2, backend="kiln")
+>>> f(torch.randn(4))                                    # doctest: +SKIP
+
+``kiln.backend(device=..., mode=...)`` makes a backend with options; ``kiln.explain(fn,
+*args)`` says which ops of ``fn`` kiln runs and which fall back to eager PyTorch, and why.
+"""
+
+from ._native import KilnError, version as __version__
+from .backend import backend, explain, kiln_backend
+
+__all__ = ["KilnError", "backend", "explain", "kiln_backend", "__version__"]

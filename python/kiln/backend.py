@@ -1,0 +1,293 @@
+"""The torch.compile backend: FX graphs from aot_autograd, compiled by kiln.
+
+``torch.compile(model, backend="kiln")`` (or ``backend=kiln.backend(...)``) hands each
+graph Dynamo captures to :func:`backend`'s compiler, which runs it through ``aot_autograd``
+with the core ATen decompositions: every forward and backward graph arrives as a
+functional FX graph of core ATen ops, and :func:`_compile_fx` compiles it.
+
+* When kiln can express every node, the whole graph becomes one kiln graph
+  (``fx_to_kir.translate``) compiled by ``kiln._native.compile``.
+* Otherwise the graph is partitioned (``CapabilityBasedPartitioner``): the runs of nodes
+  kiln supports become kiln graphs, the rest stays eager PyTorch; each fallback is logged on
+  the ``kiln`` logger with its reason, and :func:`explain` lists them.
+* Graphs on a device kiln's PyTorch bridge does not reach yet (CUDA) run eagerly, logged.
+
+Tensors cross without copies: inputs are described by their storage address, sizes,
+strides and offset (kiln borrows the storage and holds the tensor), outputs come back as
+DLPack capsules over kiln's memory (``torch.from_dlpack``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import operator
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.utils.dlpack import from_dlpack
+
+from . import _native, fx_to_kir
+
+log = logging.getLogger("kiln")
+
+__all__ = ["backend", "kiln_backend", "explain", "ExplainReport"]
+
+_DTYPES = {
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.bool: "bool",
+}
+
+_MODES = {None: "auto", "default": "auto", "reduce-overhead": "auto", "max-autotune": "c",
+          "max-autotune-no-cudagraphs": "c", "cranelift": "cranelift"}
+
+
+@dataclasses.dataclass
+class ExplainReport:
+    """What kiln ran and what fell back to eager PyTorch, over every graph compiled."""
+
+    graphs: int = 0
+    """FX graphs handed to the backend (forward and backward graphs counted apart)."""
+    kiln_graphs: int = 0
+    """kiln graphs compiled from them (one per graph, or one per supported partition)."""
+    kiln_nodes: int = 0
+    """FX op nodes that run in kiln."""
+    eager_nodes: int = 0
+    """FX op nodes that run in eager PyTorch."""
+    unsupported: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    """``(op, reason)`` → how many nodes of it fell back."""
+
+    def __str__(self) -> str:
+        lines = [
+            f"graphs: {self.graphs} ({self.kiln_graphs} kiln graphs)",
+            f"op nodes: {self.kiln_nodes} in kiln, {self.eager_nodes} in eager PyTorch",
+        ]
+        if self.unsupported:
+            lines.append("unsupported (count, op: reason):")
+            for (op, reason), n in self.unsupported.most_common():
+                lines.append(f"  {n:4d}  {op}: {reason}")
+        return "\n".join(lines)
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    """``aten.add.Tensor`` for an ATen overload, else the target's name."""
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return f"{t.namespace}.{t.__name__}"
+    return getattr(t, "__name__", str(t))
+
+
+def _device_of(node: torch.fx.Node) -> Optional[torch.device]:
+    v = node.meta.get("val")
+    return v.device if isinstance(v, torch.Tensor) else None
+
+
+class _Support(OperatorSupportBase):
+    """The nodes kiln runs: call_function nodes ``fx_to_kir`` translates, on the CPU."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[torch.fx.Node, str] = {}
+
+    def reason(self, node: torch.fx.Node) -> Optional[str]:
+        if node not in self.reasons:
+            r = fx_to_kir.node_support(node)
+            if r is None:
+                dev = _device_of(node)
+                if dev is not None and dev.type != "cpu":
+                    r = f"on {dev}: kiln's PyTorch bridge runs CPU tensors"
+            self.reasons[node] = r
+        return self.reasons[node]
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return node.op == "call_function" and self.reason(node) is None
+
+
+class _KilnGraph:
+    """A kiln graph called with FX placeholder values: picks its inputs, describes them to
+    the native side, and adopts its outputs."""
+
+    def __init__(self, gm: torch.fx.GraphModule, tr: fx_to_kir.Translation, tier: str):
+        self.translation = tr
+        self.compiled = _native.compile(tr.kir, "cpu", tier)
+        self.attrs = [fx_to_kir._fetch_attr(gm, t) for t in tr.attr_targets]
+
+    def __call__(self, *args: Any) -> list[torch.Tensor]:
+        specs = []
+        for index in self.translation.placeholder_index:
+            t = args[index] if index >= 0 else self.attrs[-1 - index]
+            specs.append(_describe(t))
+        return [from_dlpack(c) for c in self.compiled(specs)]
+
+
+def _describe(t: torch.Tensor) -> tuple:
+    """A tensor as ``_native`` borrows it: storage address, dtype, sizes, strides, storage
+    offset, storage elements, and the tensor (held while kiln uses its memory)."""
+    if t.device.type != "cpu":
+        raise _native.KilnError(f"a {t.device} tensor reached kiln's CPU graph")
+    storage = t.untyped_storage()
+    return (storage.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride()),
+            t.storage_offset(), storage.nbytes() // t.element_size(), t)
+
+
+class _KilnModule(torch.nn.Module):
+    """A fused partition as a module: the kiln graph, returning what the partition's
+    submodule returned (one value, or a tuple)."""
+
+    def __init__(self, graph: _KilnGraph, single: bool):
+        super().__init__()
+        self.graph = graph
+        self.single = single
+
+    def forward(self, *args: Any) -> Any:
+        outs = self.graph(*args)
+        return outs[0] if self.single else tuple(outs)
+
+
+def _strip_outputs(gm: torch.fx.GraphModule) -> Optional[list[int]]:
+    """Removes ``None`` outputs (gradients of inputs that need none) from ``gm``'s output
+    tuple; returns the kept positions, or ``None`` if some output is not a tensor node."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    values = out.args[0]
+    if not isinstance(values, (tuple, list)):
+        return None
+    kept = [i for i, v in enumerate(values) if v is not None]
+    for i in kept:
+        v = values[i]
+        if not isinstance(v, torch.fx.Node) or not isinstance(v.meta.get("val"), torch.Tensor):
+            return None
+    out.args = (tuple(values[i] for i in kept),)
+    gm.recompile()
+    return kept
+
+
+def _count_ops(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem)
+
+
+def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: str,
+                report: ExplainReport) -> Callable:
+    """Compiles one aot_autograd graph: whole when kiln supports every node, else by
+    partitions."""
+    report.graphs += 1
+    support = _Support()
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is not operator.getitem:
+            r = support.reason(n)
+            if r is not None:
+                r = r.removeprefix(f"{_op_name(n)}: ")
+                report.unsupported[(_op_name(n), r)] += 1
+                log.info("kiln: %s runs in eager PyTorch: %s", _op_name(n), r)
+    whole = not any(support.reasons.values())
+    if whole:
+        n_outputs = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
+        stripped = torch.fx.GraphModule(gm, gm.graph.__deepcopy__())
+        kept = _strip_outputs(stripped)
+        if kept is not None:
+            try:
+                graph = _KilnGraph(stripped, fx_to_kir.translate(stripped, "torch"), tier)
+            except (fx_to_kir.Unsupported, _native.KilnError) as e:
+                log.warning("kiln: the whole graph did not translate (%s); partitioning", e)
+            else:
+                report.kiln_graphs += 1
+                report.kiln_nodes += _count_ops(gm)
+
+                def run(*args: Any) -> list:
+                    outs = graph(*args)
+                    full: list = [None] * n_outputs
+                    for i, t in zip(kept, outs):
+                        full[i] = t
+                    return full
+
+                return run
+    return _compile_partitions(gm, support, tier, report)
+
+
+def _compile_partitions(gm: torch.fx.GraphModule, support: _Support, tier: str,
+                        report: ExplainReport) -> Callable:
+    """The supported runs of ``gm`` as kiln graphs, the rest eager."""
+    fused = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True
+                                       ).partition_and_fuse()
+    for node in list(fused.graph.nodes):
+        if node.op != "call_module":
+            continue
+        sub = getattr(fused, node.target)
+        ops = _count_ops(sub)
+        out_node = next(n for n in sub.graph.nodes if n.op == "output")
+        out = out_node.args[0]
+        single = not isinstance(out, (tuple, list))
+        if single:
+            out_node.args = ((out,),)
+            sub.recompile()
+        try:
+            graph = _KilnGraph(sub, fx_to_kir.translate(sub, "torch"), tier)
+        except (fx_to_kir.Unsupported, _native.KilnError) as e:
+            log.warning("kiln: a partition of %d ops stays in eager PyTorch: %s", ops, e)
+            report.eager_nodes += ops
+            if single:
+                out_node.args = (out,)
+                sub.recompile()
+            continue
+        setattr(fused, node.target, _KilnModule(graph, single))
+        report.kiln_graphs += 1
+        report.kiln_nodes += ops
+    report.eager_nodes += _count_ops(fused)
+    fused.recompile()
+    return fused
+
+
+def backend(device: str = "cpu", mode: Optional[str] = None,
+            _report: Optional[ExplainReport] = None) -> Callable:
+    """A torch.compile backend running on ``device`` (``"cpu"``; ``"cuda"`` graphs run in
+    eager PyTorch for now, logged) with ``mode`` (``None``/``"default"``: Cranelift code at
+    once, hot kernels moved to the C tier in the background; ``"max-autotune"``: every
+    kernel built by the C compiler at its first call; ``"cranelift"``: Cranelift only)."""
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"kiln.backend: device {device!r} is not 'cpu' or 'cuda'")
+    if mode not in _MODES:
+        raise ValueError(f"kiln.backend: mode {mode!r} is not one of {sorted(map(str, _MODES))}")
+    tier = _MODES[mode]
+    report = _report if _report is not None else ExplainReport()
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        return make_boxed_func(compile_unboxed(gm, example_inputs))
+
+    def compile_unboxed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+        devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
+        if devices - {"cpu"}:
+            log.warning("kiln: a graph on %s runs in eager PyTorch (kiln's PyTorch bridge "
+                        "runs CPU tensors)", sorted(devices - {"cpu"}))
+            report.graphs += 1
+            report.eager_nodes += _count_ops(gm)
+            return gm
+        return _compile_fx(gm, example_inputs, tier, report)
+
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
+                        decompositions=core_aten_decompositions())
+
+
+def kiln_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    """The backend ``torch.compile(m, backend="kiln")`` finds by name: :func:`backend` with
+    its defaults."""
+    return backend()(gm, example_inputs)
+
+
+def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:
+    """Compiles ``fn`` with kiln, calls it on ``args``, and reports how many graphs and op
+    nodes ran in kiln and in eager PyTorch, and each unsupported op with its reason."""
+    report = ExplainReport()
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend(_report=report))(*args, **kwargs)
+    torch._dynamo.reset()
+    return report

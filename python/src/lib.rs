@@ -1,0 +1,38 @@
+//! `kiln._native`: the native half of kiln's PyTorch backend (`torch.compile(m,
+//! backend="kiln")`, see `python/kiln/backend.py`).
+//!
+//! Python hands over a graph in kiln's textual IR (translated from an FX graph by
+//! `kiln/fx_to_kir.py`); [`compile`] parses and verifies it and wraps it in a
+//! [`kiln::compile`]d function ([`Compiled`]). Calls take PyTorch tensors without copying
+//! ([`inputs`]: their storage is borrowed, with their strides and offset) and give the
+//! results back without copying ([`dlpack`]: capsules `torch.from_dlpack` adopts). The
+//! interpreter lock is released while kiln compiles and runs.
+
+mod compiled;
+mod dlpack;
+mod inputs;
+
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    _native,
+    KilnError,
+    pyo3::exceptions::PyRuntimeError,
+    "An error from kiln: a graph it cannot parse, verify or run (the message names the op and shapes)."
+);
+
+/// Converts a kiln error into a Python `KilnError`.
+pub(crate) fn to_py(e: impl std::fmt::Display) -> PyErr {
+    KilnError::new_err(e.to_string())
+}
+
+/// The module: `compile`, `Compiled`, `KilnError`, `version`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
+    m.add_function(wrap_pyfunction!(compiled::verify, m)?)?;
+    m.add_class::<compiled::Compiled>()?;
+    m.add("KilnError", m.py().get_type::<KilnError>())?;
+    m.add("version", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
