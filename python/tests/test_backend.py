@@ -1,0 +1,276 @@
+"""torch.compile(backend="kiln") end to end: the entry point, results and gradients equal to
+eager PyTorch, training steps, partitions around unsupported ops, the zero-copy bridge, and
+errors. Fixed seeds; odd sizes, size 1 and non-contiguous inputs."""
+
+import copy
+import gc
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.utils.dlpack import from_dlpack
+
+import kiln
+from kiln import _native
+
+F32 = dict(rtol=1e-5, atol=1e-6)
+# matmuls and reductions: kiln's blocking and summation order differ from torch's
+MM = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
+
+
+def test_the_backend_is_found_by_name():
+    from torch._dynamo import list_backends
+
+    assert "kiln" in list_backends()
+    f = torch.compile(lambda x: torch.tanh(x) * 2 + 1, backend="kiln", fullgraph=True)
+    x = torch.randn(7, 3)
+    torch.testing.assert_close(f(x), torch.tanh(x) * 2 + 1, **F32)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (5, 1), (3, 17, 5)])
+def test_pointwise_chains_equal_eager_on_odd_sizes(shape):
+    def f(x, y):
+        return torch.sigmoid(x) * y - torch.exp(-x.abs()) / (1 + y * y)
+
+    x, y = torch.randn(shape), torch.randn(shape)
+    got = torch.compile(f, backend="kiln", fullgraph=True, dynamic=False)(x, y)
+    torch.testing.assert_close(got, f(x, y), **F32)
+
+
+def test_non_contiguous_inputs_are_read_with_their_strides():
+    base = torch.randn(9, 12)
+    x = base.t()[2:, 1:8]  # transposed, offset into the storage
+    y = base[::2, ::3]
+    assert not x.is_contiguous() and x.storage_offset() > 0
+
+    def f(a, b):
+        return (a * 2).sum(0) + b.sum()
+
+    got = torch.compile(f, backend="kiln", fullgraph=True)(x, y)
+    torch.testing.assert_close(got, f(x, y), **MM)
+
+
+def test_dtypes_cross_both_ways():
+    def f(x, i, b, h):
+        return x * 2, i + 3, b & (x > 0), h * 2, (i > 1)
+
+    x = torch.randn(6)
+    i = torch.arange(6)
+    b = torch.tensor([True, False, True, True, False, True])
+    h = torch.randn(6, dtype=torch.float16)
+    got = torch.compile(f, backend="kiln", fullgraph=True)(x, i, b, h)
+    for g, e in zip(got, f(x, i, b, h)):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g, e)
+
+
+def mlp(d_in=13, hidden=32, d_out=5):
+    return nn.Sequential(nn.Linear(d_in, hidden), nn.GELU(), nn.Linear(hidden, hidden),
+                         nn.ReLU(), nn.Linear(hidden, d_out))
+
+
+def test_mlp_inference_and_gradients_equal_eager():
+    m = mlp()
+    ref = copy.deepcopy(m)
+    x = torch.randn(11, 13)
+    y = torch.randint(0, 5, (11,))
+    cm = torch.compile(m, backend="kiln")
+    loss = F.cross_entropy(cm(x), y)
+    expect = F.cross_entropy(ref(x), y)
+    torch.testing.assert_close(loss, expect, **MM)
+    loss.backward()
+    expect.backward()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **MM, msg=name)
+
+
+class Attention(nn.Module):
+    """A pre-LN transformer block with causal attention."""
+
+    def __init__(self, d=24, heads=3):
+        super().__init__()
+        self.h = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        split = lambda t: t.view(b, s, self.h, d // self.h).transpose(1, 2)
+        q, k, v = split(q), split(k), split(v)
+        att = (q @ k.transpose(-2, -1)) / (d // self.h) ** 0.5
+        att = att.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.o(y)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+@pytest.mark.parametrize("make, optimizer", [(Attention, "sgd"), (mlp, "sgd"), (mlp, "adamw")])
+def test_training_steps_equal_eager(make, optimizer):
+    """Three steps. AdamW is not run on the attention block: the gradient of the key
+    projection's bias is zero in exact arithmetic (softmax ignores a shift along the keys),
+    so both sides hold rounding noise there, which AdamW scales up to ±lr per step."""
+    m = make()
+    ref = copy.deepcopy(m)
+    opts = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+            "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2)}
+    opt, ref_opt = opts[optimizer](m.parameters()), opts[optimizer](ref.parameters())
+    cm = torch.compile(m, backend="kiln")
+    x = torch.randn(2, 5, 24) if make is Attention else torch.randn(9, 13)
+    for _ in range(3):
+        for model, o in ((cm, opt), (ref, ref_opt)):
+            o.zero_grad()
+            model(x).square().mean().backward()
+            o.step()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_a_compiled_optimizer_step_runs_through_kiln():
+    m = mlp()
+    ref = copy.deepcopy(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    counter = CompileCounterWithBackend("kiln")
+
+    @torch.compile(backend=counter)
+    def step():
+        opt.step()
+
+    x = torch.randn(4, 13)
+    for _ in range(3):
+        for model, o, s in ((m, opt, step), (ref, ref_opt, ref_opt.step)):
+            o.zero_grad()
+            model(x).sum().backward()
+            s()
+    assert counter.frame_count >= 1
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, **MM)
+
+
+def test_graph_counts_are_as_dynamo_makes_them():
+    counter = CompileCounterWithBackend("kiln")
+
+    def f(x):
+        y = torch.relu(x) + 1
+        print("a graph break")  # noqa: T201 - the break is the point
+        return y * 2
+
+    torch.compile(f, backend=counter)(torch.randn(3))
+    assert counter.frame_count == 2
+
+    counter = CompileCounterWithBackend("kiln")
+    m = torch.compile(mlp(), backend=counter, fullgraph=True)
+    m(torch.randn(2, 13))
+    m(torch.randn(2, 13))  # same shapes: no recompile
+    assert counter.frame_count == 1
+
+
+def test_unsupported_ops_run_in_eager_and_explain_lists_them(caplog):
+    def f(x):
+        return torch.cumsum(x.exp(), 0) * 2 + x.sin()
+
+    x = torch.randn(6, 3)
+    with caplog.at_level("INFO", logger="kiln"):
+        got = torch.compile(f, backend="kiln", fullgraph=True)(x)
+    torch.testing.assert_close(got, f(x), **F32)
+    assert any("cumsum" in r.getMessage() for r in caplog.records)
+
+    report = kiln.explain(f, x)
+    assert report.graphs == 1
+    assert report.eager_nodes == 1 and report.kiln_nodes >= 4
+    assert [op for op, _ in report.unsupported] == ["aten.cumsum.default"]
+    assert "cumsum" in str(report)
+
+
+def test_complex_tensors_fall_back_with_a_reason():
+    def f(x):
+        return (x * 2).abs() + 1
+
+    x = torch.randn(4, dtype=torch.complex64)
+    got = torch.compile(f, backend="kiln")(x)
+    torch.testing.assert_close(got, f(x))
+    report = kiln.explain(f, x)
+    assert report.eager_nodes >= 1 and report.unsupported
+
+
+def test_backend_options():
+    x = torch.randn(5, 4)
+    for mode in (None, "max-autotune", "cranelift"):
+        torch._dynamo.reset()
+        f = torch.compile(lambda a: torch.tanh(a).sum(-1), backend=kiln.backend(mode=mode))
+        torch.testing.assert_close(f(x), torch.tanh(x).sum(-1), **MM)
+    with pytest.raises(ValueError, match="device"):
+        kiln.backend(device="tpu")
+    with pytest.raises(ValueError, match="mode"):
+        kiln.backend(mode="fastest")
+
+
+NATIVE_T = """graph @t(%x: f32[2,3]) -> (f32[3,2], f32[2,3]) {
+  %0 = transpose %x {dim0 = 0, dim1 = 1} : f32[3,2]
+  %1 = mul %x, 2.0 : f32[2,3]
+  return %0, %1
+}"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "eager"])
+def test_the_native_bridge_borrows_inputs_and_lends_outputs(backend):
+    g = _native.compile(NATIVE_T, backend)
+    base = torch.arange(12, dtype=torch.float32)
+    x = base[3:9].view(2, 3)  # offset 3 into base's storage
+    spec = (base.untyped_storage().data_ptr(), "f32", [2, 3], [3, 1], 3, 12, x)
+    t, y = (from_dlpack(c) for c in g([spec]))
+    torch.testing.assert_close(t, x.t())
+    torch.testing.assert_close(y, x * 2)
+    # the transpose is a view of the caller's memory: no copy either way
+    assert t.data_ptr() == x.data_ptr() and t.stride() == (1, 3)
+    # kiln holds the input while its view lives
+    del x, base
+    gc.collect()
+    torch.testing.assert_close(t, torch.arange(3, 9, dtype=torch.float32).view(2, 3).t())
+
+
+def test_native_errors_are_kiln_errors_naming_the_problem():
+    with pytest.raises(kiln.KilnError, match="line"):
+        _native.compile("graph @broken(%x: f32[2]) -> f32[2] { %0 = frobnicate %x : f32[2]\n return %0 }")
+    g = _native.compile(NATIVE_T)
+    x = torch.randn(4, 3)
+    spec = (x.untyped_storage().data_ptr(), "f32", [4, 3], [3, 1], 0, 12, x)
+    with pytest.raises(kiln.KilnError, match=r"f32\[2,3\]"):
+        g([spec])
+    # a layout reaching outside the storage is refused before anything reads it
+    bad = (x.untyped_storage().data_ptr(), "f32", [2, 3], [3, 1], 8, 12, x)
+    with pytest.raises(kiln.KilnError, match="outside"):
+        g([bad])
+    with pytest.raises(kiln.KilnError, match="tier"):
+        _native.compile(NATIVE_T, "cpu", "fastest")
+
+
+def test_calls_from_several_threads():
+    f = torch.compile(lambda a: (a * a).sum(1), backend="kiln", fullgraph=True)
+    xs = [torch.randn(64, 33) for _ in range(4)]
+    f(xs[0])
+    results = [None] * 4
+
+    def work(i):
+        results[i] = f(xs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for x, r in zip(xs, results):
+        torch.testing.assert_close(r, (x * x).sum(1), **MM)
