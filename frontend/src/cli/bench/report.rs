@@ -124,7 +124,7 @@ pub struct Row {
     pub reference: Option<ReferenceRow>,
     /// the median compiled call timed back to back, alone (after the rotation), ms: no
     /// eager call between two evicts the caches, as in a loop of inferences and as
-    /// `scripts/peer-bench.py` times torch
+    /// `python -m kiln.bench` times torch
     pub compiled_alone_ms: Option<f64>,
     /// its fastest call, ms
     pub compiled_alone_min_ms: Option<f64>,

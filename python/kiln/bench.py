@@ -1,0 +1,232 @@
+"""`python -m kiln.bench`: kiln bench's forward workloads (kiln/workloads.py: the public
+workloads and MiniLM-L6) as torch eager, `torch.compile(backend="inductor")` and
+`torch.compile(backend="kiln")`, each case in its own fresh process, and the ratios.
+
+Each case runs with 2 threads under torch.inference_mode(), by default with glibc told to
+keep freed memory (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000`, the "NF"
+setting of shared/bench/PEERS.md; `--no-nf` runs without it) and, for inductor, a fresh empty
+cache (its first call is a cold compile; `--warm-cache` keeps the usual one). The first call
+is timed alone (for the compiled sides: trace and compile), then warm-up calls (at least 3
+and 0.2 s; for kiln also until its hot kernels are on the C tier, whose time since the first
+call is "full speed"), then at least `--min-runs` calls and `--min-secs` seconds: median,
+min and max. A call's output is then checked against float64 torch: relative L2 error
+<= 1e-4, 1e-3 for the matmul workloads (mlp, block, minilm). A failed check or an error is a
+row of the table (and the exit status is 1), never dropped. "others' CPU" is the share of
+the machine's CPUs other processes used while the runs were timed (from /proc/stat): with 2
+threads on a small machine, any of it makes the times meaningless.
+
+    python -m kiln.bench [workloads...] [--sides eager,inductor,kiln] [--json PATH]
+                         [--min-secs S] [--min-runs N] [--no-nf] [--warm-cache]
+"""
+import argparse
+import copy
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from .workloads import WORKLOADS, build, timed_runs, tolerance
+
+SIDES = {"eager": "torch eager", "inductor": "inductor", "kiln": "kiln"}
+NF_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1000000000000"}
+THREADS = 2
+
+
+def cpu_busy_s():
+    """Seconds all CPUs of the machine have been busy (not idle, not waiting for I/O), from
+    /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def child(name, side, min_runs, min_secs, out):
+    """Measures one workload on one side in this (fresh) process; writes a JSON object."""
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(0)
+    model, inputs = build(name)
+    model.eval()
+    if side == "kiln":
+        from . import _native
+    fn = model if side == "eager" else torch.compile(model, backend=side)
+    full_speed = None
+    with torch.inference_mode():
+        t = time.perf_counter()
+        fn(*inputs)
+        first = time.perf_counter() - t
+        timed_runs(lambda: fn(*inputs), 3, 0.2)  # warm-up
+        if side == "kiln":
+            # steady state: the hot kernels moved to the C tier (compiled in the background)
+            _native.wait_for_c_tier(300.0)
+            full_speed = time.perf_counter() - t
+            timed_runs(lambda: fn(*inputs), 3, 0.2)
+        busy, own, wall = cpu_busy_s(), time.process_time(), time.perf_counter()
+        times = timed_runs(lambda: fn(*inputs), min_runs, min_secs)
+        # the CPU time other processes took while the runs were timed, as a share of the
+        # machine (2 cores fully busy elsewhere on a 2-core machine: 1.0)
+        others = None if busy is None else max(0.0, (cpu_busy_s() - busy) - (
+            time.process_time() - own)) / ((time.perf_counter() - wall) * os.cpu_count())
+        y = fn(*inputs).double()
+        ref = copy.deepcopy(model).double()(
+            *[x.double() if x.is_floating_point() else x for x in inputs])
+        rel = (torch.linalg.vector_norm(y - ref) / torch.linalg.vector_norm(ref)).item()
+    result = dict(
+        median_ms=statistics.median(times) * 1e3, min_ms=min(times) * 1e3,
+        max_ms=max(times) * 1e3, runs=len(times), first_call_ms=first * 1e3, rel_err=rel,
+        full_speed_s=full_speed,
+        others_cpu=others,
+        torch=torch.__version__, threads=torch.get_num_threads())
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+def run_case(name, side, args):
+    """Runs `child` in a fresh process; returns the row (an `error` instead of times when
+    the process failed)."""
+    env = dict(os.environ)
+    for k in NF_ENV:
+        env.pop(k, None)
+    if not args.no_nf:
+        env.update(NF_ENV)
+    tmp = tempfile.mkdtemp(prefix="kiln-bench-")
+    if side == "inductor" and not args.warm_cache:
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
+    out = os.path.join(tmp, "result.json")
+    cmd = [sys.executable, "-m", "kiln.bench", "--child", name, side, out,
+           "--min-runs", str(args.min_runs), "--min-secs", str(args.min_secs)]
+    row = dict(workload=name, side=side, nf=not args.no_nf, tolerance=tolerance(name),
+               loadavg_before=os.getloadavg()[0])
+    try:
+        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+        if p.returncode == 0 and os.path.exists(out):
+            with open(out) as f:
+                row.update(json.load(f))
+            row["verified"] = math.isfinite(row["rel_err"]) and row["rel_err"] <= row["tolerance"]
+        else:
+            tail = p.stdout.strip().splitlines()[-5:]
+            row.update(verified=False, error=f"exit {p.returncode}: " + " | ".join(tail))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return row
+
+
+def ms(v):
+    return f"{v:.3g}" if v < 100 else f"{v:.0f}"
+
+
+def table(rows, sides):
+    """One line per workload: each side's median (min–max) ms, kiln's speedup over each
+    other side, the compiled sides' first calls, kiln's time to full speed, the checks."""
+    head = ["workload"] + [f"{SIDES[s]} ms" for s in sides]
+    if "kiln" in sides:
+        head += [f"kiln vs {SIDES[s]}" for s in sides if s != "kiln"]
+    head += [f"{SIDES[s]} 1st call s" for s in sides if s != "eager"]
+    if "kiln" in sides:
+        head.append("kiln full speed s")
+    head += ["check", "others' CPU"]
+    by = {(r["workload"], r["side"]): r for r in rows}
+    body = []
+    for w in dict.fromkeys(r["workload"] for r in rows):
+        cells = [w]
+        got = [by.get((w, s)) for s in sides]
+        cells += [f"{ms(r['median_ms'])} ({ms(r['min_ms'])}–{ms(r['max_ms'])})"
+                  if r and "error" not in r else "ERROR" for r in got]
+        k = by.get((w, "kiln"))
+        if "kiln" in sides:
+            for s in sides:
+                if s == "kiln":
+                    continue
+                o = by.get((w, s))
+                ok = k and o and "error" not in k and "error" not in o
+                cells.append(f"{o['median_ms'] / k['median_ms']:.2f}x" if ok else "-")
+        for s in sides:
+            if s != "eager":
+                r = by.get((w, s))
+                cells.append(f"{r['first_call_ms'] / 1e3:.2f}" if r and "error" not in r else "-")
+        if "kiln" in sides:
+            fs = k.get("full_speed_s") if k else None
+            cells.append(f"{fs:.2f}" if fs is not None else "-")
+        bad = [SIDES[s] for s, r in zip(sides, got) if not r or not r.get("verified")]
+        cells.append("ok" if not bad else "FAIL: " + ", ".join(bad))
+        others = [r.get("others_cpu") for r in got if r and r.get("others_cpu") is not None]
+        cells.append(f"{max(others):.0%}" if others else "-")
+        body.append(cells)
+    widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
+    fmt = lambda line: "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
+    lines = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(line) for line in body]
+    lines.append("kiln vs X: X's median over kiln's (above 1: kiln is faster); 1st call: trace "
+                 "and compile; others' CPU: the most other processes took of the machine while "
+                 "a row's runs were timed (over 5%: rerun on a quiet machine)")
+    for r in rows:
+        if "error" in r:
+            lines.append(f"error: {r['workload']} ({r['side']}): {r['error']}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        prog="python -m kiln.bench",
+        description="torch eager, inductor and kiln on kiln bench's forward workloads")
+    ap.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                    help=f"a subset of {', '.join(WORKLOADS)} (default: all)")
+    ap.add_argument("--sides", default="eager,inductor,kiln",
+                    help="comma-separated sides to run (default: eager,inductor,kiln)")
+    ap.add_argument("--min-secs", type=float, default=1.0,
+                    help="time at least this many seconds per case (default 1)")
+    ap.add_argument("--min-runs", type=int, default=20,
+                    help="time at least this many calls per case (default 20)")
+    ap.add_argument("--json", metavar="PATH", help="also write the rows to this JSON file")
+    ap.add_argument("--no-nf", action="store_true",
+                    help="run without MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1e12")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="let inductor use its usual cache (default: a fresh empty one per "
+                         "case, so its first call is a cold compile)")
+    ap.add_argument("--child", nargs=3, metavar=("WORKLOAD", "SIDE", "OUT"),
+                    help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        name, side, out = args.child
+        child(name, side, args.min_runs, args.min_secs, out)
+        return
+    names = args.workloads or WORKLOADS
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        ap.error(f"unknown workload(s) {unknown}; the workloads are {WORKLOADS}")
+    sides = [s for s in args.sides.split(",") if s]
+    if not sides or any(s not in SIDES for s in sides):
+        ap.error(f"--sides takes a comma-separated subset of {', '.join(SIDES)}")
+    print(f"torch {torch.__version__}, {THREADS} threads, "
+          f"{'NF malloc settings' if not args.no_nf else 'default malloc'}, "
+          f"at least {args.min_runs} runs and {args.min_secs:g} s per case, "
+          f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)", flush=True)
+    rows = []
+    start = time.perf_counter()
+    for name in names:
+        for side in sides:
+            row = run_case(name, side, args)
+            rows.append(row)
+            state = row.get("error") or (
+                f"median {ms(row['median_ms'])} ms, first call {ms(row['first_call_ms'])} ms, "
+                f"rel error {row['rel_err']:.1e}")
+            print(f"  {name} {SIDES[side]}: {state}", file=sys.stderr, flush=True)
+    print(table(rows, sides))
+    print(f"total {time.perf_counter() - start:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    sys.exit(0 if all(r["verified"] for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+//! The C tier's state, for benchmarks and debugging from Python: which tier each kernel
+//! runs, and waiting until no kernel is queued for the C compiler.
+
+use pyo3::prelude::*;
+use std::time::Duration;
+
+/// Each live kernel's tier as `(kernel, description)`, the description as `kiln::tiers()`
+/// prints it (the tier and why).
+#[pyfunction]
+pub(crate) fn tiers() -> Vec<(String, String)> {
+    kiln::tiers()
+        .into_iter()
+        .map(|t| (t.kernel.clone(), t.to_string()))
+        .collect()
+}
+
+/// Waits (without the interpreter lock) until no kernel is queued for the C tier or
+/// `timeout` seconds have passed; true when none is queued.
+#[pyfunction]
+pub(crate) fn wait_for_c_tier(py: Python<'_>, timeout: f64) -> bool {
+    let timeout = Duration::from_secs_f64(timeout.max(0.0));
+    py.detach(|| kiln::wait_for_c_tier(timeout))
+}
