@@ -102,7 +102,10 @@ class _Support(OperatorSupportBase):
 
     def reason(self, node: torch.fx.Node) -> Optional[str]:
         if node not in self.reasons:
-            r = fx_to_kir.node_support(node)
+            try:
+                r = fx_to_kir.node_support(node)
+            except Exception as e:  # a translator bug must not break the compile: eager
+                r = f"translator error {type(e).__name__}: {e}"
             if r is None:
                 dev = _device_of(node)
                 if dev is not None and dev.type != "cpu":
@@ -134,8 +137,12 @@ class _KilnGraph:
 def _describe(t: torch.Tensor) -> tuple:
     """A tensor as ``_native`` borrows it: storage address, dtype, sizes, strides, storage
     offset, storage elements, and the tensor (held while kiln uses its memory)."""
-    if t.device.type != "cpu":
-        raise _native.KilnError(f"a {t.device} tensor reached kiln's CPU graph")
+    if t.device.type != "cpu" or t.layout != torch.strided or t.is_neg() or t.is_conj():
+        # never read memory whose meaning differs from its bytes (sparse layouts, lazy
+        # negation or conjugation bits)
+        raise _native.KilnError(
+            f"kiln's CPU graph takes strided CPU tensors; got {t.device}, {t.layout}"
+            f"{', a negated view' if t.is_neg() else ''}{', a conjugated view' if t.is_conj() else ''}")
     storage = t.untyped_storage()
     return (storage.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride()),
             t.storage_offset(), storage.nbytes() // t.element_size(), t)

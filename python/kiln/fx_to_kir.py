@@ -812,6 +812,108 @@ def _frac(b: _Builder, a: dict, out: Out) -> Value:
     return b.sub(x, b.unary("trunc", x))
 
 
+@_handles("aten.asin.default")
+def _asin(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `atan2(x, sqrt((1 - x)·(1 + x)))`."""
+    x = _tensor(a, "self")
+    return b.binary("atan2", x, b.unary("sqrt", b.mul(b.sub(1, x), b.add(x, 1))))
+
+
+@_handles("aten.acos.default")
+def _acos(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `atan2(sqrt((1 - x)·(1 + x)), x)`."""
+    x = _tensor(a, "self")
+    return b.binary("atan2", b.unary("sqrt", b.mul(b.sub(1, x), b.add(x, 1))), x)
+
+
+@_handles("aten.atanh.default")
+def _atanh(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `log1p(2x / (1 - x)) / 2`."""
+    x = _tensor(a, "self")
+    return b.mul(b.unary("log1p", b.div(b.mul(x, 2), b.sub(1, x))), 0.5)
+
+
+_LARGE = 1e18  # above it x² + 1 rounds to x² (and overflows soon after) in f32: log(2x) is exact
+
+
+@_handles("aten.asinh.default")
+def _asinh(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `±log1p(|x| + x²/(1 + sqrt(1 + x²)))`, `±(log|x| + ln 2)` for huge |x|."""
+    x = _tensor(a, "self")
+    ax = b.unary("abs", x)
+    sq = b.mul(ax, ax)
+    small = b.unary("log1p", b.add(ax, b.div(sq, b.add(b.unary("sqrt", b.add(sq, 1)), 1))))
+    big = b.add(b.unary("log", ax), math.log(2))
+    r = b.where(b.binary("gt", ax, _LARGE), big, small)
+    return b.where(b.binary("lt", x, 0), b.unary("neg", r), r)
+
+
+@_handles("aten.acosh.default")
+def _acosh(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `log1p(t + sqrt(2t + t²))` with t = x - 1, `log x + ln 2` for huge x."""
+    x = _tensor(a, "self")
+    t = b.sub(x, 1)
+    small = b.unary("log1p", b.add(t, b.unary("sqrt", b.add(b.mul(t, 2), b.mul(t, t)))))
+    big = b.add(b.unary("log", x), math.log(2))
+    return b.where(b.binary("gt", x, _LARGE), big, small)
+
+
+@_handles("aten.erfc.default")
+def _erfc(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `1 - erf(x)`."""
+    return b.sub(1, b.unary("erf", _tensor(a, "self")))
+
+
+def _nan_ignoring(op: str) -> Handler:
+    def handler(b: _Builder, a: dict, out: Out) -> Value:
+        x, y = _tensor(a, "self"), _tensor(a, "other")
+        m = b.binary(op, x, y)
+        if m.dtype not in _FLOATS:
+            return m
+        return b.where(b.unary("isnan", x), y, b.where(b.unary("isnan", y), x, m))
+
+    handler.__doc__ = f"composed: `{op}`, the other operand where one is NaN"
+    return handler
+
+
+_HANDLERS["aten.fmax.default"] = _nan_ignoring("maximum")
+_HANDLERS["aten.fmin.default"] = _nan_ignoring("minimum")
+
+
+@_handles("aten.copysign.Tensor", "aten.copysign.Scalar")
+def _copysign(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `where(signbit(other), -|x|, |x|)`, signbit true for negatives and -0."""
+    x, y = b.cast(_tensor(a, "self"), out.dtype), _operand(a["other"], "copysign")
+    mag = b.unary("abs", x)
+    if not isinstance(y, Value):
+        negative = math.copysign(1.0, y) < 0
+        return b.unary("neg", mag) if negative else mag
+    neg = b.binary("lt", y, 0)
+    if y.dtype in _FLOATS:
+        neg_zero = b.binary("logical_and", b.binary("eq", y, 0),
+                            b.binary("lt", b.unary("reciprocal", y), 0))
+        neg = b.binary("logical_or", neg, neg_zero)
+    return b.where(neg, b.unary("neg", mag), mag)
+
+
+@_handles("aten.ldexp.Tensor")
+def _ldexp(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `x·exp2(other)`."""
+    x, e = _tensor(a, "self"), _tensor(a, "other")
+    return b.mul(b.cast(x, out.dtype), b.unary("exp2", b.cast(e, out.dtype)))
+
+
+@_handles("aten.round.decimals")
+def _round_decimals(b: _Builder, a: dict, out: Out) -> Value:
+    """composed as torch's kernel: `round(x·10^d) / 10^d` (d < 0: `round(x / 10^-d)·10^-d`)."""
+    x, d = _tensor(a, "self"), a["decimals"]
+    if d >= 0:
+        scale = float(10**d)
+        return b.div(b.unary("round", b.mul(x, scale)), scale)
+    scale = float(10**-d)
+    return b.mul(b.unary("round", b.div(x, scale)), scale)
+
+
 @_handles("aten.clamp.default", "aten.clamp.Tensor")
 def _clamp(b: _Builder, a: dict, out: Out) -> Value:
     """direct: `clamp`, or `maximum`/`minimum` when one bound is None."""
@@ -1045,6 +1147,70 @@ def _native_layer_norm_backward(b: _Builder, a: dict, out: Out) -> tuple:
     return dx, dw, db
 
 
+def _channel(b: _Builder, v: Value, rank: int) -> Value:
+    """A per-channel vector shaped `[1, C, 1, ...]` to broadcast over a rank-`rank` input."""
+    return b.reshape(v, (1, v.shape[0]) + (1,) * (rank - 2)) if rank > 1 else v
+
+
+def _normalize(b: _Builder, x: Value, mean: Value, rstd: Value, w: Any, bias: Any) -> Value:
+    """`(x - mean)·rstd·w + bias` in the statistics' dtype, cast back to x's."""
+    xs = b.cast(x, mean.dtype)
+    y = b.mul(b.sub(xs, _channel(b, mean, x.rank)), _channel(b, rstd, x.rank))
+    if w is not None:
+        y = b.mul(y, _channel(b, w, x.rank))
+    if bias is not None:
+        y = b.add(y, _channel(b, bias, x.rank))
+    return b.cast(y, x.dtype)
+
+
+@_handles("aten._native_batch_norm_legit_functional.default",
+          "aten._native_batch_norm_legit_no_training.default",
+          "aten._native_batch_norm_legit.no_stats")
+def _batch_norm(b: _Builder, a: dict, out: Out) -> tuple:
+    """composed as torch._decomp's rule: training: the batch statistics over every dim but
+    1 (biased variance; the running ones updated with the unbiased one by `momentum`);
+    else the running statistics (the saved statistics empty, as torch's CPU kernel)."""
+    x, w, bias, eps = _tensor(a, "input"), a["weight"], a["bias"], float(a["eps"])
+    rm, rv = a.get("running_mean"), a.get("running_var")
+    stats = _stats_dtype(x)
+    if not a.get("training", False):
+        mean, rstd = b.cast(rm, stats), b.unary("rsqrt", b.add(b.cast(rv, stats), eps))
+        y = _normalize(b, x, mean, rstd, w, bias)
+        empty = b.full((0,), 0, out[1].dtype)
+        return (y, empty, empty) if len(out) == 3 else (y, empty, empty, rm, rv)
+    dims = [0] + list(range(2, x.rank))
+    xs = b.cast(x, stats)
+    mean = b.reduce("mean", xs, dims, False)
+    var = b.var(xs, dims, 0, False)
+    rstd = b.unary("rsqrt", b.add(var, eps))
+    y = _normalize(b, x, mean, rstd, w, bias)
+    if rm is None:
+        return y, mean, rstd
+    m = float(a["momentum"])
+    n = _numel(x.shape) // _static_size(x, 1)
+    unbiased = b.mul(var, n / (n - 1)) if n > 1 else var
+    new_rm = b.add(b.mul(b.cast(mean, rm.dtype), m), b.mul(rm, 1 - m))
+    new_rv = b.add(b.mul(b.cast(unbiased, rv.dtype), m), b.mul(rv, 1 - m))
+    return y, mean, rstd, new_rm, new_rv
+
+
+@_handles("aten.native_group_norm.default")
+def _group_norm(b: _Builder, a: dict, out: Out) -> tuple:
+    """composed: statistics over `[N, G, C/G·HxW]` (biased variance, f32 for half inputs),
+    then the per-channel affine; (output, mean [N, G], rstd [N, G])."""
+    x, w, bias, eps, g = _tensor(a, "input"), a["weight"], a["bias"], float(a["eps"]), a["group"]
+    n = _static_size(x, 0)
+    xs = b.reshape(b.cast(x, _stats_dtype(x)), (n, g, _numel(x.shape) // (n * g)))
+    mean = b.reduce("mean", xs, [2], True)
+    rstd = b.unary("rsqrt", b.add(b.var(xs, [2], 0, True), eps))
+    y = b.reshape(b.mul(b.sub(xs, mean), rstd), x.shape)
+    if w is not None:
+        y = b.mul(y, _channel(b, w, x.rank))
+    if bias is not None:
+        y = b.add(y, _channel(b, bias, x.rank))
+    return b.cast(y, x.dtype), b.reshape(mean, (n, g)), b.reshape(rstd, (n, g))
+
+
 # -- pointwise backward ops -----------------------------------------------------------------
 
 
@@ -1145,6 +1311,23 @@ def _addmm(b: _Builder, a: dict, out: Out) -> Value:
     return b.add(bias if beta == 1 else b.mul(bias, beta), prod)
 
 
+@_handles("aten.addmv.default", "aten.addbmm.default")
+def _addmv(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `self·beta + matmul(mat, vec)·alpha` (addbmm: the batched products summed
+    over the batch)."""
+    if "vec" in a:
+        prod = b.matmul(_tensor(a, "mat"), _tensor(a, "vec"))
+    else:
+        prod = b.reduce("sum", b.matmul(_tensor(a, "batch1"), _tensor(a, "batch2")), [0], False)
+    beta, alpha = _scalar(a["beta"], "addmv"), _scalar(a["alpha"], "addmv")
+    if alpha != 1:
+        prod = b.mul(prod, alpha)
+    if beta == 0:
+        return prod
+    bias = _tensor(a, "self")
+    return b.add(bias if beta == 1 else b.mul(bias, beta), prod)
+
+
 # -- views, copies, shape ops ---------------------------------------------------------------
 
 
@@ -1192,12 +1375,20 @@ def _static_size(x: Value, dim: int) -> int:
     return size
 
 
+def _literal_bounds(a: dict, op: str) -> None:
+    """Refuses start/end/step that are not literal (data-dependent SymInts)."""
+    for k in ("start", "end", "step"):
+        if not (a[k] is None or isinstance(a[k], int)):
+            raise Unsupported(f"{op}: a data-dependent {k}")
+
+
 @_handles("aten.slice.Tensor", "aten.slice_copy.Tensor")
 def _slice(b: _Builder, a: dict, out: Out) -> Value:
     """direct: `slice` with Python's bound clamping (along a symbolic dim: a non-negative
     start and a static result size, read from the node)."""
     x, step = _tensor(a, "self"), a["step"]
     dim = _norm_dim(a["dim"], x.rank)
+    _literal_bounds(a, "aten.slice")
     if out.shape[dim] == x.shape[dim] and a["start"] in (None, 0) and step == 1:
         return x
     if isinstance(x.shape[dim], int):
@@ -1313,6 +1504,90 @@ def _constant_pad(b: _Builder, a: dict, out: Out) -> Value:
     return x
 
 
+def _diag_positions(n: int, m: int, offset: int) -> tuple[int, int]:
+    """(first flat position in an n×m matrix, length) of diagonal `offset`."""
+    length = max(0, min(n, m - offset) if offset >= 0 else min(n + offset, m))
+    return (offset if offset >= 0 else -offset * m), length
+
+
+@_handles("aten.diagonal.default", "aten.diagonal_copy.default")
+def _diagonal(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: dims `dim1`, `dim2` moved last and merged, then `index_select` of the
+    diagonal's flat positions (step `m + 1`)."""
+    x = _tensor(a, "self")
+    d1, d2 = _norm_dim(a["dim1"], x.rank), _norm_dim(a["dim2"], x.rank)
+    rest = [d for d in range(x.rank) if d not in (d1, d2)]
+    n, m = _static_size(x, d1), _static_size(x, d2)
+    start, length = _diag_positions(n, m, a["offset"])
+    flat = b.reshape(b.permute(x, rest + [d1, d2]), [x.shape[d] for d in rest] + [n * m])
+    idx = b.arange(start, start + length * (m + 1), m + 1, "i64")
+    return b.reshape(b.index_select(flat, len(rest), idx), out.shape)
+
+
+@_handles("aten.diagonal_scatter.default")
+def _diagonal_scatter(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `where(j - i == offset, src spread along dim1 (or dim2), self)`."""
+    x, src = _tensor(a, "self"), _tensor(a, "src")
+    d1, d2, off = _norm_dim(a["dim1"], x.rank), _norm_dim(a["dim2"], x.rank), a["offset"]
+    n, m = _static_size(x, d1), _static_size(x, d2)
+    length = _diag_positions(n, m, off)[1]
+    if length == 0:
+        return x
+    along, size = (d1, n) if off >= 0 else (d2, m)
+    pos = b.binary("minimum", b.arange(0, size, 1, "i64"), length - 1)
+    spread = b.index_select(src, src.rank - 1, pos)  # rest dims..., size
+    rest = [d for d in range(x.rank) if d not in (d1, d2)]
+    other = d2 if along == d1 else d1
+    order = rest + [along, other]
+    spread = b.reshape(spread, spread.shape + (1,))
+    spread = b.permute(spread, [order.index(d) for d in range(x.rank)])
+    hit = b.binary("eq", b.sub(b.arange_along(m, d2, x.rank), b.arange_along(n, d1, x.rank)),
+                   off)
+    return b.where(hit, b.cast(spread, x.dtype), x)
+
+
+@_handles("aten.slice_scatter.default")
+def _slice_scatter(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: step 1: `cat` of self's parts around `src`; else `where` of a hit mask,
+    `src` placed by `index_add` into zeros."""
+    x, src = _tensor(a, "self"), b.cast(_tensor(a, "src"), out.dtype)
+    dim = _norm_dim(a["dim"], x.rank)
+    _literal_bounds(a, "aten.slice_scatter")
+    n = _static_size(x, dim)
+    start, stop, step = slice(a["start"], a["end"], a["step"]).indices(n)
+    count = len(range(start, stop, step))
+    if count == 0:
+        return x
+    if step == 1:
+        parts = [b.slice(x, dim, 0, start) if start > 0 else None, src,
+                 b.slice(x, dim, start + count, n) if start + count < n else None]
+        return b.cat([p for p in parts if p is not None], dim)
+    if x.dtype == "bool":
+        raise Unsupported("aten.slice_scatter: a bool tensor with step > 1")
+    idx = b.arange(start, start + (count - 1) * step + 1, step, "i64")
+    placed = b.index_add(b.full(x.shape, 0, x.dtype), dim, idx, src)
+    mark = b.index_add(b.full((n,), 0, "f32"), 0, idx, b.full((count,), 1, "f32"))
+    shape = [1] * x.rank
+    shape[dim] = n
+    return b.where(b.binary("ne", b.reshape(mark, shape), 0), placed, x)
+
+
+@_handles("aten.unfold.default")
+def _unfold(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `index_select` of window positions `arange(windows)·step + arange(size)`
+    ([windows, size]), the window dim then moved last."""
+    x, size, step = _tensor(a, "self"), a["size"], a["step"]
+    if x.rank == 0:
+        return b.reshape(x, out.shape)
+    dim = _norm_dim(a["dimension"], x.rank)
+    windows = (_static_size(x, dim) - size) // step + 1
+    starts = b.reshape(b.arange(0, windows * step, step, "i64"), (windows, 1))
+    idx = b.add(starts, b.reshape(b.arange(0, size, 1, "i64"), (1, size)))
+    y = b.index_select(x, dim, idx)  # ..., windows, size, ...
+    order = [d for d in range(y.rank) if d != dim + 1] + [dim + 1]
+    return b.permute(y, order)
+
+
 def _tri(op: str) -> Handler:
     def handler(b: _Builder, a: dict, out: Out) -> Value:
         return b.tri(op, _tensor(a, "self"), a["diagonal"])
@@ -1358,7 +1633,8 @@ for _k in ("aten.full.default", "aten.full_like.default", "aten.new_full.default
     _HANDLERS[_k] = _fill(None)
 for _k in ("aten.zeros.default", "aten.zeros_like.default", "aten.new_zeros.default",
            "aten.empty.memory_format", "aten.empty_like.default", "aten.new_empty.default",
-           "aten.empty_strided.default", "aten.new_empty_strided.default"):
+           "aten.empty_strided.default", "aten.new_empty_strided.default",
+           "aten.empty_permuted.default"):
     _HANDLERS[_k] = _fill(0)  # empty: any contents will do; zeros are deterministic
 for _k in ("aten.ones.default", "aten.ones_like.default", "aten.new_ones.default"):
     _HANDLERS[_k] = _fill(1)
@@ -1393,6 +1669,29 @@ def _embedding(b: _Builder, a: dict, out: Out) -> Value:
     return b.index_select(_tensor(a, "weight"), 0, _tensor(a, "indices"))
 
 
+_CUMSUM_MAX = 1024
+"""The longest dim ``cumsum`` is composed for (its ones matrix is n² elements)."""
+
+
+@_handles("aten.cumsum.default")
+def _cumsum(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `matmul` of the dim (moved last) with an upper-triangular matrix of ones
+    (integers in f64, exact below 2^53); quadratic in the dim's size, so only up to
+    `_CUMSUM_MAX` elements along it."""
+    x, dim = _tensor(a, "self"), a["dim"]
+    if x.rank == 0:
+        return b.cast(x, out.dtype)
+    dim = _norm_dim(dim, x.rank)
+    n = _static_size(x, dim)
+    if n > _CUMSUM_MAX:
+        raise Unsupported(f"aten.cumsum over {n} > {_CUMSUM_MAX} elements: kiln has no scan op "
+                          "and the triangular matmul is quadratic")
+    work = out.dtype if out.dtype in _FLOATS else "f64"
+    y = b.transpose(b.cast(x, work), dim, x.rank - 1)
+    ones = b.tri("triu", b.full((n, n), 1, work), 0)
+    return b.cast(b.transpose(b.matmul(y, ones), dim, x.rank - 1), out.dtype)
+
+
 @_handles("aten.index_select.default")
 def _index_select(b: _Builder, a: dict, out: Out) -> Value:
     """direct: `index_select`."""
@@ -1405,15 +1704,27 @@ def _wrap_negative(b: _Builder, idx: Value, size: int) -> Value:
 
 @_handles("aten.index.Tensor")
 def _index(b: _Builder, a: dict, out: Out) -> Value:
-    """composed: one integer index tensor (others None): `index_select` along its dim,
-    negative indices wrapped."""
+    """composed: integer index tensors (others None): the indexed dims merged into one
+    (moved first when not adjacent, as torch orders the result), `index_select` of the
+    row-major offsets `Σ index_k·stride_k` (negative indices wrapped, indices broadcast)."""
     x, indices = _tensor(a, "self"), list(a["indices"])
     used = [i for i, t in enumerate(indices) if t is not None]
-    if len(used) != 1 or indices[used[0]].dtype not in _INTS:
-        raise Unsupported("aten.index.Tensor: only one integer index tensor is supported")
-    d = used[0]
-    idx = _wrap_negative(b, indices[d], _static_size(x, d))
-    return b.index_select(x, d, idx)
+    if not used or any(indices[i].dtype not in _INTS for i in used):
+        raise Unsupported("aten.index.Tensor: only integer index tensors are supported")
+    if used != list(range(used[0], used[-1] + 1)):
+        rest = [d for d in range(x.rank) if d not in used]
+        x = b.permute(x, used + rest)
+        indices = [indices[i] for i in used]
+        used = list(range(len(used)))
+    first, sizes = used[0], [_static_size(x, d) for d in used]
+    flat = None
+    for k, d in enumerate(used):
+        term = _wrap_negative(b, indices[d], sizes[k])
+        stride = math.prod(sizes[k + 1 :])
+        term = b.mul(term, stride) if stride != 1 else term
+        flat = term if flat is None else b.add(flat, term)
+    merged = x.shape[:first] + (math.prod(sizes),) + x.shape[used[-1] + 1 :]
+    return b.index_select(b.reshape(x, merged), first, flat)
 
 
 @_handles("aten.index_put.default")
@@ -1475,8 +1786,11 @@ def _gather(b: _Builder, a: dict, out: Out) -> Value:
 @_handles("aten.scatter.value", "aten.scatter.src")
 def _scatter(b: _Builder, a: dict, out: Out) -> Value:
     """composed: with one index per position along `dim` (index size 1 there, self's sizes
-    elsewhere): `where(index == arange, src, self)`."""
+    elsewhere): `where(index == arange, src, self)`; a 0-d self: src (or value)."""
     x, dim, idx = _tensor(a, "self"), a["dim"], _tensor(a, "index")
+    if x.rank == 0:
+        src = _tensor(a, "src") if "src" in a else _scalar(a["value"], "scatter")
+        return b.reshape(src, ()) if isinstance(src, Value) else b.full((), src, x.dtype)
     dim = _norm_dim(dim, x.rank)
     other = [i for i in range(x.rank) if i != dim]
     if idx.shape[dim] != 1 or any(idx.shape[i] != x.shape[i] for i in other):

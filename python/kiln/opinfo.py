@@ -19,8 +19,9 @@ Dynamo is reset before every sample. Each sample is classified as
   them; the reason is the backend's ``ExplainReport.unsupported``);
 * ``fail``: values (or dtypes, shapes) differ from eager, or kiln raised;
 * ``skip``: the sample is unusable: eager PyTorch raises on it, the output is not
-  deterministic, or compiling fails without kiln too (Dynamo with ``backend="eager"``, or
-  aot_autograd with the core ATen decompositions and no kiln), each with its reason.
+  deterministic, or compiling fails (or differs from eager) without kiln too (Dynamo with
+  ``backend="eager"``, or aot_autograd with the core ATen decompositions and no kiln), each
+  with its reason.
 
 An op (for one dtype and kind) is ``pass`` when all its samples pass (skipped ones aside, at
 least one passing), ``fail`` when any sample fails, else ``fallback`` when any falls back,
@@ -55,8 +56,8 @@ from .backend import ExplainReport, backend as kiln_backend
 
 __all__ = [
     "DTYPES", "TOLERANCES", "TOLERANCE_OVERRIDES", "OP_BUDGET_S", "SampleResult",
-    "OpResult", "op_entries", "op_key", "run_op", "Worker", "sweep", "markdown_table",
-    "expected_statuses",
+    "OpResult", "CONFIGS", "op_entries", "op_key", "run_op", "Worker", "jobs", "sweep",
+    "markdown_table", "expected_statuses",
 ]
 
 DTYPES = {
@@ -81,8 +82,23 @@ TOLERANCE_OVERRIDES: dict[str, dict[torch.dtype, tuple[float, float]]] = {}
 """Per-op (rtol, atol) where kiln's vectorised math legitimately differs from torch's
 kernels by a few ulps: op key → dtype → tolerance. Each entry says why."""
 
+UNDEFINED_VALUES = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
+                    "new_empty_strided"}
+"""Ops whose values are uninitialised memory: only their outputs' dtypes and shapes are
+compared."""
+
 OP_BUDGET_S = 60.0
 """Seconds of samples per op, dtype and kind; the samples left when it is spent are skipped."""
+
+CONFIGS = {
+    "ci": {"dtypes": ["float32"], "max_samples": 1, "backward": False},
+    "full": {"dtypes": list(DTYPES), "max_samples": None, "backward": True},
+}
+"""Sweep presets (forward samples with their non-contiguous variants in both): ``ci`` is
+sized for CI (each op's first float32 sample, forward: about 7 minutes on 2 cores, where a
+compiled sample takes 0.2 to 0.6 s; with backward it would be about twice that), ``full`` is
+every sample of every dtype, forward and backward. ``tests/opinfo_expected.json`` holds the expected statuses per
+preset."""
 
 STATUSES = ("pass", "fallback", "fail", "skip")
 KINDS = ("forward", "backward")
@@ -198,6 +214,7 @@ class _Call:
         self.tensors = [leaves[i] for i in self.positions]
         self.leaves = leaves
         self.op = op.op
+        self.name = op.name
         self.output_fn = output_fn or (lambda out: out)
 
     def fresh(self, requires_grad: bool = False) -> list[torch.Tensor]:
@@ -223,6 +240,10 @@ class _Call:
             return output_fn(op(x, *args, **kwargs))
 
         return call
+
+
+def _metadata(v: Any) -> Any:
+    return (v.dtype, tuple(v.shape)) if isinstance(v, torch.Tensor) else v
 
 
 def _compare(actual: Any, expected: Any, rtol: float, atol: float) -> Optional[str]:
@@ -320,11 +341,21 @@ def run_sample(call: _Call, dtype: torch.dtype, backward: bool,
     finally:
         torch._dynamo.reset()
     rtol, atol = tol
+    if call.name in UNDEFINED_VALUES:
+        actual, expected = (pytree.tree_map(_metadata, v) for v in (actual, expected))
     diff = _compare(actual, expected, rtol, atol)
     if diff is not None:
         again = _run(call, fn, backward)
         if _compare(again, expected, rtol, atol) is not None:
             return "skip", "eager is not deterministic"
+        torch._dynamo.reset()
+        try:
+            decomposed = _compare(_run(call, _compile(fn, _aot_eager()), backward), expected,
+                                  rtol, atol)
+        finally:
+            torch._dynamo.reset()
+        if decomposed is not None:
+            return "skip", "aot_autograd without kiln differs too: " + _short(decomposed)
         where = "" if not report.eager_nodes else " (with fallback: " + _fallback_reason(
             report) + ")"
         return "fail", "mismatch: " + _short(diff, 240) + where
@@ -504,7 +535,8 @@ def sweep(job_list: Sequence[tuple], *, timeout_s: float, progress: bool = True,
 
 
 def expected_statuses(results: Iterable[OpResult]) -> dict:
-    """``{dtype: {op: {kind: status}}}``, the form of ``tests/opinfo_expected.json``."""
+    """``{dtype: {op: {kind: status}}}``, the form of a section of
+    ``tests/opinfo_expected.json``."""
     out: dict = {}
     for r in results:
         out.setdefault(r.dtype, {}).setdefault(r.op, {})[r.kind] = r.status
@@ -515,7 +547,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_table(results: Sequence[OpResult], seconds: Optional[float] = None) -> str:
+def markdown_table(results: Sequence[OpResult], seconds: Optional[float] = None,
+                   settings: str = "") -> str:
     """The committed table: per dtype and kind, ops and samples passing / falling back /
     failing / skipped; then one row per op with its statuses and first reason."""
     by = collections.defaultdict(dict)
@@ -534,8 +567,8 @@ def markdown_table(results: Sequence[OpResult], seconds: Optional[float] = None)
         "eager or Dynamo/aot_autograd without kiln refuse the sample. An op passes when all",
         "its samples pass.",
         "",
-        f"torch {torch.__version__}" + (f"; sweep time {seconds / 60:.1f} min (2 cores)"
-                                        if seconds else ""),
+        f"torch {torch.__version__}" + (f"; {settings}" if settings else "")
+        + (f"; sweep time {seconds / 60:.1f} min (2 cores)" if seconds else ""),
         "",
         "## Summary",
         "",
@@ -599,6 +632,9 @@ def _group(reason: str) -> str:
 
 def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m kiln.opinfo", description=__doc__.split("\n")[0])
+    p.add_argument("--config", choices=sorted(CONFIGS), default=None,
+                   help="a preset of dtypes, samples and kinds (see CONFIGS); overrides "
+                        "--dtypes and --max-samples, and may turn backward off")
     p.add_argument("--dtypes", default="float32",
                    help="comma-separated, of " + ", ".join(DTYPES) + " (default float32)")
     p.add_argument("--ops", default="",
@@ -617,8 +653,8 @@ def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     p.add_argument("--out", default=None, help="write the markdown table here")
     p.add_argument("--json", default=None, help="write every sample's result here")
     p.add_argument("--expected", default=None,
-                   help="write the statuses in the form of tests/opinfo_expected.json here "
-                        "(merged into the file's other entries)")
+                   help="with --config: write the statuses into that preset's section of this "
+                        "file (tests/opinfo_expected.json), merged with its other entries")
     p.add_argument("--quiet", action="store_true", help="no per-op progress on stderr")
     return p.parse_args(argv)
 
@@ -640,6 +676,12 @@ def select_ops(spec: str) -> list[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parse_args(argv)
+    if args.expected and not args.config:
+        raise SystemExit("kiln.opinfo: --expected needs --config")
+    if args.config:
+        args.dtypes = ",".join(CONFIGS[args.config]["dtypes"])
+        args.max_samples = CONFIGS[args.config]["max_samples"]
+        args.backward = args.backward and CONFIGS[args.config]["backward"]
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     for d in dtypes:
         if d not in DTYPES:
@@ -656,23 +698,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        "results": [r.to_json() for r in results]}, f, indent=1)
     if args.out:
         with open(args.out, "w") as f:
-            f.write(markdown_table(results, seconds))
+            f.write(markdown_table(results, seconds, _settings(args, dtypes)))
     if args.expected:
         try:
             with open(args.expected) as f:
                 merged = json.load(f)
         except FileNotFoundError:
             merged = {}
+        section = merged.setdefault(args.config, {})
         for d, ops in expected_statuses(results).items():
-            merged.setdefault(d, {})
+            section.setdefault(d, {})
             for op, kinds in ops.items():
-                merged[d].setdefault(op, {}).update(kinds)
-            merged[d] = dict(sorted(merged[d].items()))
+                section[d].setdefault(op, {}).update(kinds)
+            section[d] = dict(sorted(section[d].items()))
         with open(args.expected, "w") as f:
             json.dump(merged, f, indent=1, sort_keys=False)
             f.write("\n")
     print(summary_line(results, seconds))
     return 0
+
+
+def _settings(args: argparse.Namespace, dtypes: Sequence[str]) -> str:
+    samples = (f"the first {args.max_samples} sample(s) of each op" if args.max_samples
+               else "every sample")
+    kinds = "forward and backward" if args.backward else "forward only"
+    preset = f"preset `{args.config}`: " if args.config else ""
+    return f"{preset}{', '.join(dtypes)}, {samples}, {kinds}"
 
 
 def summary_line(results: Sequence[OpResult], seconds: float) -> str:
