@@ -12,6 +12,6 @@ registers it as a torch.compile backend (entry point group ``torch_dynamo_backen
 """
 
 from ._native import KilnError, version as __version__
-from .backend import backend, explain, kiln_backend
+from .backend import ExplainReport, backend, explain, kiln_backend
 
-__all__ = ["KilnError", "backend", "explain", "kiln_backend", "__version__"]
+__all__ = ["ExplainReport", "KilnError", "backend", "explain", "kiln_backend", "__version__"]

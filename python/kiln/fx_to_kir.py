@@ -1669,6 +1669,47 @@ def _embedding(b: _Builder, a: dict, out: Out) -> Value:
     return b.index_select(_tensor(a, "weight"), 0, _tensor(a, "indices"))
 
 
+def _fused(b: _Builder, x: Operand, y: Operand, z: Operand, dtype: str, what: str) -> Value:
+    """`x·y + z` rounded once to `dtype` (f32 or narrower): the product of two such values
+    is exact in f64, so the f64 sum rounded to `dtype` is the fused result (up to a double
+    rounding at exact ties)."""
+    if dtype not in ("f32", "f16", "bf16"):
+        raise Unsupported(f"{what} in {dtype}: no wider type to fuse in")
+    wide = [b.cast(v, "f64") if isinstance(v, Value) else float(v) for v in (x, y, z)]
+    return b.cast(b.add(b.mul(wide[0], wide[1]), wide[2]), dtype)
+
+
+@_handles("prims.fma.default")
+def _fma(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `a·b + c` with one rounding (see `_fused`)."""
+    return _fused(b, a["a"], a["b"], a["c"], out.dtype, "prims.fma")
+
+
+@_handles("aten.lerp.Scalar")
+def _lerp(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: torch's CPU kernel, `fma(w, end - self, self)` for |w| < 0.5, else
+    `fma(w - 1, end - self, end)` (the decompositions leave it alone under `_foreach_lerp`)."""
+    x, end, w = _tensor(a, "self"), _tensor(a, "end"), float(_scalar(a["weight"], "weight"))
+    diff = b.sub(end, x)
+    if abs(w) < 0.5:
+        return _fused(b, w, diff, x, out.dtype, "aten.lerp")
+    return _fused(b, float(torch.tensor(w) - 1), diff, end, out.dtype, "aten.lerp")
+
+
+@_handles("aten.addcmul.default")
+def _addcmul(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `self + value·t1·t2` in torch's CPU kernel's order."""
+    t1, t2 = _tensor(a, "tensor1"), _tensor(a, "tensor2")
+    return b.add(_tensor(a, "self"), b.mul(b.mul(t1, _scalar(a["value"], "value")), t2))
+
+
+@_handles("aten.addcdiv.default")
+def _addcdiv(b: _Builder, a: dict, out: Out) -> Value:
+    """composed: `self + value·t1 / t2` in torch's CPU kernel's order."""
+    t1, t2 = _tensor(a, "tensor1"), _tensor(a, "tensor2")
+    return b.add(_tensor(a, "self"), b.div(b.mul(t1, _scalar(a["value"], "value")), t2))
+
+
 _CUMSUM_MAX = 1024
 """The longest dim ``cumsum`` is composed for (its ones matrix is n² elements)."""
 
@@ -1880,16 +1921,66 @@ def _target_keys(target: Any) -> list[str]:
 
 
 def _handler(node: torch.fx.Node) -> Handler:
-    for k in _target_keys(node.target):
+    return _handler_for(node.target)
+
+
+def _handler_for(target: Any) -> Handler:
+    for k in _target_keys(target):
         if k in _HANDLERS:
             return _HANDLERS[k]
-    name = str(node.target) if isinstance(node.target, torch._ops.OpOverload) else getattr(
-        node.target, "__name__", str(node.target))
-    if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
+    name = str(target) if isinstance(target, torch._ops.OpOverload) else getattr(
+        target, "__name__", str(target))
+    if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
         raise Unsupported(f"{name}: mutates its input")
+    if name.startswith("aten._foreach_"):
+        return _foreach(target)
     if any(t in name for t in ("rand", "bernoulli", "dropout", "normal", "uniform")):
         raise Unsupported(f"{name}: random numbers cannot match torch's generator")
     raise Unsupported(f"{name}: no kiln op")
+
+
+# The per-tensor overloads a `_foreach_X` overload maps to, in order of preference.
+_FOREACH_OVERLOADS = {
+    "default": ("default",),
+    "Scalar": ("Scalar", "Tensor_Scalar", "default", "Tensor"),
+    "ScalarList": ("Scalar", "Tensor_Scalar", "default", "Tensor"),
+    "List": ("Tensor", "Tensor_Tensor", "default"),
+    "Tensor": ("Tensor", "Tensor_Tensor", "default"),
+    "ScalarAndTensor": ("Scalar",),
+}
+
+
+def _foreach(target: torch._ops.OpOverload) -> Handler:
+    """composed: a `_foreach_X` op (optimisers' multi-tensor steps) as the handler of its
+    per-tensor op `X` at each list position (list arguments indexed, the rest shared)."""
+    op = target._schema.name.split("::")[1][len("_foreach_"):]
+    packet = getattr(torch.ops.aten, op, None)
+    overloads = packet.overloads() if packet is not None else []
+    per = next((getattr(packet, o) for o in _FOREACH_OVERLOADS.get(target._overloadname, ())
+                if o in overloads), None)
+    if per is None:
+        raise Unsupported(f"{target}: no per-tensor op for it")
+    inner = _handler_for(per)
+    kwarg_only = {arg.name for arg in per._schema.arguments if arg.kwarg_only}
+
+    def handler(b: _Builder, a: dict, out: Out) -> list:
+        if not isinstance(out, list):
+            raise Unsupported(f"{target}: expected a list of outputs")
+        results = []
+        for i, ty in enumerate(out):
+            pos, kw = [], {}
+            for arg in target._schema.arguments:
+                v = a[arg.name]
+                if isinstance(arg.type, torch._C.ListType):
+                    v = v[i]
+                if arg.kwarg_only or arg.name in kwarg_only:
+                    kw[arg.name] = v
+                else:
+                    pos.append(v)
+            results.append(_coerce(b, inner(b, _bind(per, tuple(pos), kw), ty), ty, str(per)))
+        return results
+
+    return handler
 
 
 def _out_type(val: Any) -> Out:

@@ -138,24 +138,28 @@ def test_training_steps_equal_eager(make, optimizer):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_a_compiled_optimizer_step_runs_through_kiln():
+OPTIMIZERS = {
+    "sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=False),
+    "adamw-foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True),
+}
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_a_compiled_optimizer_step_runs_through_kiln(name):
     m = mlp()
     ref = copy.deepcopy(m)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-    counter = CompileCounterWithBackend("kiln")
-
-    @torch.compile(backend=counter)
-    def step():
-        opt.step()
-
+    opt, ref_opt = OPTIMIZERS[name](m.parameters()), OPTIMIZERS[name](ref.parameters())
+    report = kiln.ExplainReport()
+    step = torch.compile(opt.step, backend=kiln.backend(_report=report))
     x = torch.randn(4, 13)
     for _ in range(3):
         for model, o, s in ((m, opt, step), (ref, ref_opt, ref_opt.step)):
             o.zero_grad()
             model(x).sum().backward()
             s()
-    assert counter.frame_count >= 1
+    # every op of the step (foreach ops, lerp, addcdiv, prims.fma included) ran in kiln
+    assert report.graphs >= 1 and report.eager_nodes == 0, str(report)
     for p, q in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, **MM)
 
