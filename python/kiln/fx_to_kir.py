@@ -317,6 +317,8 @@ class _Builder:
         self.lines: list[str] = []
         self.count = 0
         self.note = ""
+        # value name -> the 2-d value it is the transpose of (`matmul(x, wᵀ)` is `linear`)
+        self.transposes: dict[str, Value] = {}
 
     def emit(self, op: str, operands: Sequence[Operand], attrs: dict, ty: TType) -> Value:
         """Appends ``%n = op operands {attrs} : ty`` and returns ``%n``."""
@@ -456,7 +458,12 @@ class _Builder:
     def matmul(self, a: Value, b: Value) -> Value:
         if a.dtype != b.dtype:
             raise Unsupported(f"matmul of {a.dtype} and {b.dtype}")
-        return self.emit("matmul", [a, b], {}, TType(a.dtype, _matmul_shape(a.shape, b.shape)))
+        shape = _matmul_shape(a.shape, b.shape)
+        w = self.transposes.get(b.name)
+        if w is not None and a.rank >= 2:
+            # x @ wᵀ (every nn.Linear after aot_autograd): kiln's `linear` reads w as stored
+            return self.emit("linear", [a, w], {}, TType(a.dtype, shape))
+        return self.emit("matmul", [a, b], {}, TType(a.dtype, shape))
 
     # -- views and copies -----------------------------------------------------------------
 
@@ -471,7 +478,10 @@ class _Builder:
         if dims == list(range(x.rank)):
             return x
         shape = tuple(x.shape[d] for d in dims)
-        return self.emit("permute", [x], {"dims": dims}, TType(x.dtype, shape))
+        y = self.emit("permute", [x], {"dims": dims}, TType(x.dtype, shape))
+        if x.rank == 2:
+            self.transposes[y.name] = x
+        return y
 
     def transpose(self, x: Value, d0: int, d1: int) -> Value:
         d0, d1 = _norm_dim(d0, x.rank), _norm_dim(d1, x.rank)
@@ -479,7 +489,10 @@ class _Builder:
             return x
         shape = list(x.shape)
         shape[d0], shape[d1] = shape[d1], shape[d0]
-        return self.emit("transpose", [x], {"dim0": d0, "dim1": d1}, TType(x.dtype, tuple(shape)))
+        y = self.emit("transpose", [x], {"dim0": d0, "dim1": d1}, TType(x.dtype, tuple(shape)))
+        if x.rank == 2:
+            self.transposes[y.name] = x
+        return y
 
     def expand(self, x: Value, shape: Sequence[Dim]) -> Value:
         shape = tuple(shape)
