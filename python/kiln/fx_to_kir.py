@@ -616,11 +616,10 @@ def _unary(op: str, **attrs: Any) -> Handler:
 
 for _name in (
     "neg abs exp log sqrt rsqrt reciprocal sin cos tanh erf sigmoid relu silu floor ceil "
-    "trunc log1p expm1 log2 exp2 tan atan sinh isnan isinf logical_not hardswish mish"
+    "trunc log1p expm1 log2 exp2 tan atan sinh isnan isinf logical_not hardswish mish round "
+    "bitwise_not"
 ).split():
     _HANDLERS[f"aten.{_name}.default"] = _unary(_name)
-_HANDLERS["aten.round.default"] = _unary("round")
-_HANDLERS["aten.bitwise_not.default"] = _unary("bitwise_not")
 
 
 @_handles("aten.sign.default", "aten.sgn.default")

@@ -105,12 +105,12 @@ unsafe extern "C" fn destroy_capsule(capsule: *mut ffi::PyObject) {
 
 /// A DLPack capsule over `t` (a CPU tensor with data).
 pub(crate) fn capsule(py: Python<'_>, t: Tensor) -> PyResult<Py<PyAny>> {
-    let cpu = t.as_cpu().map_err(crate::to_py)?.clone();
+    let cpu = t.as_cpu().map_err(crate::to_py)?;
     let shape: Vec<i64> = cpu.shape().iter().map(|&n| n as i64).collect();
     let strides: Vec<i64> = cpu.strides().iter().map(|&s| s as i64).collect();
-    let data = cpu.data_ptr() as *mut c_void;
+    let (data, dtype) = (cpu.data_ptr() as *mut c_void, dl_dtype(cpu.dtype()));
     let mut ctx = Box::new(Context {
-        _tensor: Tensor::from_cpu(cpu.clone()),
+        _tensor: t,
         shape,
         strides,
     });
@@ -122,7 +122,7 @@ pub(crate) fn capsule(py: Python<'_>, t: Tensor) -> PyResult<Py<PyAny>> {
                 device_id: 0,
             },
             ndim: ctx.shape.len() as i32,
-            dtype: dl_dtype(cpu.dtype()),
+            dtype,
             shape: ctx.shape.as_mut_ptr(),
             strides: ctx.strides.as_mut_ptr(),
             byte_offset: 0,

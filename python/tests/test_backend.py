@@ -16,17 +16,11 @@ from torch.utils.dlpack import from_dlpack
 import kiln
 from kiln import _native
 
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
 F32 = dict(rtol=1e-5, atol=1e-6)
 # matmuls and reductions: kiln's blocking and summation order differ from torch's
 MM = dict(rtol=1e-4, atol=1e-5)
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
 
 
 def test_the_backend_is_found_by_name():

@@ -15,15 +15,9 @@ from kiln.backend import ExplainReport
 
 transformers = pytest.importorskip("transformers")
 
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
 TOL = dict(rtol=1e-4, atol=1e-5)
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-    yield
-    torch._dynamo.reset()
 
 
 def bert_config(**kw):

@@ -1,0 +1,14 @@
+"""Shared fixtures of the kiln package's test suites."""
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches empty and torch's seed fixed before and after each test that uses
+    it (`pytestmark = pytest.mark.usefixtures("fresh_dynamo")`)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    yield
+    torch._dynamo.reset()
