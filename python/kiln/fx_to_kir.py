@@ -2151,3 +2151,7 @@ def node_support(node: torch.fx.Node) -> str | None:
     except Unsupported as e:
         return str(e)
     return None
+
+
+# The op families kept in their own modules register their handlers on import.
+from . import fx_ops  # noqa: E402,F401
