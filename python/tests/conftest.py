@@ -1,7 +1,13 @@
 """Shared fixtures of the kiln package's test suites."""
 
+import os
+import sys
+
 import pytest
 import torch
+
+# `fx_harness` (the translator tests' shared harness) imports by name from this folder.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
