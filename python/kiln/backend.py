@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions
+from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
@@ -281,7 +281,20 @@ def backend(device: str = "cpu", mode: Optional[str] = None,
         return _compile_fx(gm, example_inputs, tier, report)
 
     return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                        decompositions=core_aten_decompositions())
+                        decompositions=decompositions())
+
+
+_EXTRA_DECOMPOSITIONS = ("grid_sampler_2d",)
+"""ATen ops outside the core set that kiln takes as torch's own decompositions (which
+Inductor uses too) rather than translating them itself."""
+
+
+def decompositions() -> dict:
+    """The decomposition table aot_autograd applies before kiln sees a graph: the core ATen
+    decompositions, plus `_EXTRA_DECOMPOSITIONS`."""
+    table = core_aten_decompositions()
+    table.update(get_decompositions([getattr(torch.ops.aten, n) for n in _EXTRA_DECOMPOSITIONS]))
+    return table
 
 
 def kiln_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:

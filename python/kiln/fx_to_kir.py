@@ -35,6 +35,7 @@ which ``kiln dump`` checks again.
 
 from __future__ import annotations
 
+import importlib
 import math
 import operator
 import re
@@ -109,6 +110,13 @@ def _promote(a: str, b: str) -> str:
     return a if _SIZE[a] >= _SIZE[b] else b
 
 
+_NARROW_INTS = {torch.uint8: (0, 256), torch.int8: (-128, 256), torch.int16: (-32768, 65536)}
+"""Integer dtypes kiln has no type for, as (lowest value, number of values). Inside a graph
+their values are carried in i64 and wrapped back into range after every node
+(`_wrap_narrow`), which is exact: torch's arithmetic on them wraps the same way. A graph
+input or output of these dtypes stays unsupported (kiln cannot hold the caller's tensor)."""
+
+
 def _kiln_dtype(dtype: torch.dtype) -> str:
     if dtype not in _DTYPES:
         raise Unsupported(f"dtype {str(dtype).removeprefix('torch.')}")
@@ -139,6 +147,14 @@ class TType:
     @staticmethod
     def of(t: torch.Tensor) -> "TType":
         return TType(_kiln_dtype(t.dtype), tuple(_dim(s) for s in t.shape))
+
+    @staticmethod
+    def carried(t: torch.Tensor) -> "TType":
+        """The type of an intermediate value: as `of`, but a narrow integer dtype
+        (`_NARROW_INTS`) is carried in i64."""
+        if t.dtype in _NARROW_INTS:
+            return TType("i64", tuple(_dim(s) for s in t.shape))
+        return TType.of(t)
 
     @property
     def rank(self) -> int:
@@ -522,7 +538,14 @@ class _Builder:
         return self.emit("cat", list(xs), {"dim": dim}, TType(dtype, tuple(shape)))
 
     def index_select(self, x: Value, dim: int, idx: Value) -> Value:
+        """torch's `index_select` (a 0-d self or index as torch: the selected element, or
+        the dim dropped), through kiln's, which takes rank ≥ 1 operands."""
+        if x.rank == 0:
+            return self.reshape(self.index_select(self.reshape(x, (1,)), 0, idx), ())
         dim = _norm_dim(dim, x.rank)
+        if idx.rank == 0:
+            picked = self.index_select(x, dim, self.reshape(idx, (1,)))
+            return self.reshape(picked, x.shape[:dim] + x.shape[dim + 1 :])
         shape = x.shape[:dim] + idx.shape + x.shape[dim + 1 :]
         return self.emit("index_select", [x, idx], {"dim": dim}, TType(x.dtype, shape))
 
@@ -559,6 +582,17 @@ def _bind(target: Any, args: tuple, kwargs: dict) -> dict:
         else:
             raise Unsupported(f"{target}: missing argument {a.name}")
     return out
+
+
+FX_NODE = "__fx_node__"
+"""The key under which a handler's argument dict holds the FX node itself, for the few
+ops that need more than values (``meta['val']`` of an argument: its strides)."""
+
+
+def _arg_meta(a: dict, index: int = 0) -> Any:
+    """``meta['val']`` of the node's `index`-th positional argument (None if not a node)."""
+    arg = a[FX_NODE].args[index]
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
 
 
 def _tensor(a: dict, name: str, op: str = "") -> Value:
@@ -769,10 +803,15 @@ def _leaky_relu(b: _Builder, a: dict, out: Out) -> Value:
 
 @_handles("aten.elu.default")
 def _elu(b: _Builder, a: dict, out: Out) -> Value:
-    """direct: `elu {alpha}` (scale and input_scale 1 only)."""
-    if a["scale"] != 1 or a["input_scale"] != 1:
-        raise Unsupported("aten.elu: scale/input_scale other than 1")
-    return b.unary("elu", _tensor(a, "self"), alpha=float(_scalar(a["alpha"], "elu")))
+    """direct: `elu {alpha}`; with a scale or input_scale (selu, celu) composed as torch's
+    kernel: `x > 0 ? x·scale : expm1(x·input_scale)·(alpha·scale)`."""
+    x, alpha = _tensor(a, "self"), float(_scalar(a["alpha"], "elu"))
+    scale, input_scale = float(a["scale"]), float(a["input_scale"])
+    if scale == 1 and input_scale == 1:
+        return b.unary("elu", x, alpha=alpha)
+    inner = b.mul(x, input_scale) if input_scale != 1 else x
+    negative = b.mul(b.unary("expm1", inner), alpha * scale)
+    return b.where(b.binary("gt", x, 0), b.mul(x, scale), negative)
 
 
 @_handles("aten.softplus.default")
@@ -1422,7 +1461,7 @@ def _select(b: _Builder, a: dict, out: Out) -> Value:
     return b.reshape(b.slice(x, dim, i, i + 1), out.shape)
 
 
-@_handles("aten.narrow.default")
+@_handles("aten.narrow.default", "aten.narrow_copy.default")
 def _narrow(b: _Builder, a: dict, out: Out) -> Value:
     """direct: `slice`."""
     x = _tensor(a, "self")
@@ -1439,7 +1478,7 @@ def _cat(b: _Builder, a: dict, out: Out) -> Value:
 
 
 @_handles("aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int",
-          "aten.split_with_sizes_copy.default", "aten.split_copy.Tensor")
+          "aten.split_with_sizes_copy.default", "aten.split_copy.Tensor", "aten.unbind_copy.int")
 def _split(b: _Builder, a: dict, out: Out) -> list:
     """composed: one `slice` per piece (unbind: reshaped to drop the dim)."""
     x = _tensor(a, "self")
@@ -1723,32 +1762,35 @@ def _addcdiv(b: _Builder, a: dict, out: Out) -> Value:
 
 
 _CUMSUM_MAX = 1024
-"""The longest dim ``cumsum`` is composed for (its ones matrix is n² elements)."""
+"""The longest dim a float ``cumsum`` takes the triangular matmul along (its ones matrix is
+n² elements); longer dims scan."""
 
 
 @_handles("aten.cumsum.default")
 def _cumsum(b: _Builder, a: dict, out: Out) -> Value:
-    """composed: `matmul` of the dim (moved last) with an upper-triangular matrix of ones
-    (integers in f64, exact below 2^53); quadratic in the dim's size, so only up to
-    `_CUMSUM_MAX` elements along it."""
+    """composed: floats along at most `_CUMSUM_MAX` elements: `matmul` of the dim (moved
+    last) with an upper-triangular matrix of ones; integers (exact adds in i64, wrapping as
+    torch's) and longer dims: `fx_ops.scan.scan_sum`, a log-depth scan of adds."""
+    from .fx_ops.scan import scan_sum
+
     x, dim = _tensor(a, "self"), a["dim"]
     if x.rank == 0:
         return b.cast(x, out.dtype)
     dim = _norm_dim(dim, x.rank)
     n = _static_size(x, dim)
-    if n > _CUMSUM_MAX:
-        raise Unsupported(f"aten.cumsum over {n} > {_CUMSUM_MAX} elements: kiln has no scan op "
-                          "and the triangular matmul is quadratic")
-    work = out.dtype if out.dtype in _FLOATS else "f64"
-    y = b.transpose(b.cast(x, work), dim, x.rank - 1)
-    ones = b.tri("triu", b.full((n, n), 1, work), 0)
+    if n > _CUMSUM_MAX or out.dtype not in _FLOATS:
+        return scan_sum(b, x, dim, out.dtype)
+    y = b.transpose(b.cast(x, out.dtype), dim, x.rank - 1)
+    ones = b.tri("triu", b.full((n, n), 1, out.dtype), 0)
     return b.cast(b.transpose(b.matmul(y, ones), dim, x.rank - 1), out.dtype)
 
 
 @_handles("aten.index_select.default")
 def _index_select(b: _Builder, a: dict, out: Out) -> Value:
-    """direct: `index_select`."""
-    return b.index_select(_tensor(a, "self"), a["dim"], _tensor(a, "index"))
+    """direct: `index_select` (a 0-d index selects as a 1-element one, as torch)."""
+    idx = _tensor(a, "index")
+    idx = b.reshape(idx, (1,)) if idx.rank == 0 else idx
+    return b.index_select(_tensor(a, "self"), a["dim"], idx)
 
 
 def _wrap_negative(b: _Builder, idx: Value, size: int) -> Value:
@@ -1778,20 +1820,6 @@ def _index(b: _Builder, a: dict, out: Out) -> Value:
         flat = term if flat is None else b.add(flat, term)
     merged = x.shape[:first] + (math.prod(sizes),) + x.shape[used[-1] + 1 :]
     return b.index_select(b.reshape(x, merged), first, flat)
-
-
-@_handles("aten.index_put.default")
-def _index_put(b: _Builder, a: dict, out: Out) -> Value:
-    """composed: accumulate=True with one index tensor on dim 0: `index_add` of the values
-    expanded to `indices.shape + self.shape[1:]`."""
-    x, indices, values = _tensor(a, "self"), list(a["indices"]), _tensor(a, "values")
-    if not a["accumulate"]:
-        raise Unsupported("aten.index_put: accumulate=False (overwriting scatter) has no kiln op")
-    if len(indices) != 1 or indices[0] is None or indices[0].dtype not in _INTS:
-        raise Unsupported("aten.index_put: only one integer index tensor on dim 0 is supported")
-    idx = _wrap_negative(b, indices[0], _static_size(x, 0))
-    src = b.cast(b.expand(values, idx.shape + x.shape[1:]), x.dtype)
-    return b.index_add(x, 0, idx, src)
 
 
 @_handles("aten.embedding_dense_backward.default")
@@ -1834,28 +1862,6 @@ def _gather(b: _Builder, a: dict, out: Out) -> Value:
     if offsets is not None:
         flat = b.add(flat, offsets)
     return b.index_select(b.reshape(x, [_numel(x.shape)]), 0, flat)
-
-
-@_handles("aten.scatter.value", "aten.scatter.src")
-def _scatter(b: _Builder, a: dict, out: Out) -> Value:
-    """composed: with one index per position along `dim` (index size 1 there, self's sizes
-    elsewhere): `where(index == arange, src, self)`; a 0-d self: src (or value)."""
-    x, dim, idx = _tensor(a, "self"), a["dim"], _tensor(a, "index")
-    if x.rank == 0:
-        src = _tensor(a, "src") if "src" in a else _scalar(a["value"], "scatter")
-        return b.reshape(src, ()) if isinstance(src, Value) else b.full((), src, x.dtype)
-    dim = _norm_dim(dim, x.rank)
-    other = [i for i in range(x.rank) if i != dim]
-    if idx.shape[dim] != 1 or any(idx.shape[i] != x.shape[i] for i in other):
-        raise Unsupported("aten.scatter: only an index of size 1 along dim and self's "
-                          "sizes elsewhere is supported")
-    hit = b.binary("eq", idx, b.arange_along(_static_size(x, dim), dim, x.rank))
-    if "src" in a:
-        src = _tensor(a, "src")
-        src = b.slice(src, dim, 0, 1) if src.shape[dim] != 1 else src
-        src = _slice_to(b, src, idx.shape)
-        return b.where(hit, src, x)
-    return b.where(hit, _scalar(a["value"], "scatter"), x)
 
 
 def _slice_to(b: _Builder, x: Value, shape: Shape) -> Value:
@@ -1997,10 +2003,23 @@ def _foreach(target: torch._ops.OpOverload) -> Handler:
 
 def _out_type(val: Any) -> Out:
     if isinstance(val, torch.Tensor):
-        return TType.of(val)
+        return TType.carried(val)
     if isinstance(val, (tuple, list)):
-        return [TType.of(v) if isinstance(v, torch.Tensor) else None for v in val]
+        return [TType.carried(v) if isinstance(v, torch.Tensor) else None for v in val]
     return None
+
+
+def _wrap_narrow(b: _Builder, v: Any, val: Any) -> Any:
+    """Wraps the i64 carrier of a narrow-integer node (`_NARROW_INTS`) into its dtype's
+    range: `(v - lo) mod n + lo`, torch's two's-complement wrap."""
+    if isinstance(val, (tuple, list)) and isinstance(v, (tuple, list)):
+        return [_wrap_narrow(b, x, t) for x, t in zip(v, val)]
+    if not isinstance(val, torch.Tensor) or val.dtype not in _NARROW_INTS:
+        return v
+    lo, n = _NARROW_INTS[val.dtype]
+    shifted = b.sub(v, lo) if lo else v
+    wrapped = b.binary("remainder", shifted, n)
+    return b.add(wrapped, lo) if lo else wrapped
 
 
 def _coerce(b: _Builder, v: Any, ty: Out, name: str) -> Any:
@@ -2038,8 +2057,9 @@ def _lower_node(b: _Builder, node: torch.fx.Node, env: dict) -> Any:
     args = torch.fx.node.map_arg(node.args, env.__getitem__)
     kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
     a = _bind(node.target, args, kwargs)
+    a[FX_NODE] = node
     b.note = f"fx: {node.name}"
-    return _coerce(b, handler(b, a, out), out, str(node.target))
+    return _wrap_narrow(b, _coerce(b, handler(b, a, out), out, str(node.target)), val)
 
 
 def _check_device(node: torch.fx.Node) -> None:
@@ -2104,6 +2124,7 @@ def translate(gm: torch.fx.GraphModule, name: str = "fx") -> Translation:
                 v = env.get(o) if isinstance(o, torch.fx.Node) else None
                 if not isinstance(v, Value):
                     raise Unsupported(f"output {o}: non-tensor output")
+                TType.of(o.meta["val"])  # a narrow integer output is unsupported
                 outputs.append(v)
     sig = ", ".join(f"%{v.name}: {v.type}" for v in inputs)
     rets = ", ".join(str(v.type) for v in outputs)
@@ -2133,12 +2154,19 @@ def node_support(node: torch.fx.Node) -> str | None:
     b = _Builder()
     env: dict = {}
     try:
+        if any(u.op == "output" for u in node.users):
+            val = node.meta.get("val")
+            for t in val if isinstance(val, (tuple, list)) else (val,):
+                if isinstance(t, torch.Tensor):
+                    TType.of(t)  # a graph output kiln has a dtype for
         for n in node.all_input_nodes:
             val = n.meta.get("val")
+            # values other nodes compute may be narrow integers; inputs may not
+            of = TType.carried if n.op == "call_function" else TType.of
             if isinstance(val, torch.Tensor):
-                env[n] = Value(f"in{len(env)}", TType.of(val))
+                env[n] = Value(f"in{len(env)}", of(val))
             elif isinstance(val, (tuple, list)):
-                env[n] = [Value(f"in{len(env)}_{i}", TType.of(v))
+                env[n] = [Value(f"in{len(env)}_{i}", of(v))
                           if isinstance(v, torch.Tensor) else None for i, v in enumerate(val)]
             else:
                 env[n] = _Sym(n)
@@ -2154,4 +2182,4 @@ def node_support(node: torch.fx.Node) -> str | None:
 
 
 # The op families kept in their own modules register their handlers on import.
-from . import fx_ops  # noqa: E402,F401
+importlib.import_module(".fx_ops", __package__)

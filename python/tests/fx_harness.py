@@ -30,7 +30,7 @@ def capture(fn, *args, dynamic=False, backward=False, decompose=True):
     (and for the backward of the sum of its outputs when `backward`); without `decompose`,
     aot_autograd keeps ATen's composite ops (`_softmax_backward_data`, ...)."""
     from functorch.compile import make_boxed_func
-    from torch._decomp import core_aten_decompositions
+    from kiln.backend import decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     captured = []
@@ -45,7 +45,7 @@ def capture(fn, *args, dynamic=False, backward=False, decompose=True):
     backend = aot_autograd(
         fw_compiler=compiler,
         bw_compiler=compiler,
-        decompositions=core_aten_decompositions() if decompose else None,
+        decompositions=decompositions() if decompose else None,
     )
     torch._dynamo.reset()
     out = torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic)(*args)

@@ -4,3 +4,31 @@ Each module registers its handlers into ``fx_to_kir._HANDLERS`` with ``@_handles
 imported; ``fx_to_kir`` imports this package once, after its own handlers, so a family module
 may use every helper ``fx_to_kir`` defines.
 """
+
+from . import (
+    convolution,
+    distance,
+    nonzero,
+    pointwise,
+    scan,
+    scatter,
+    search,
+    segment,
+    sort,
+    special,
+    strided,
+)
+
+__all__ = [
+    "convolution",
+    "distance",
+    "nonzero",
+    "pointwise",
+    "scan",
+    "scatter",
+    "search",
+    "segment",
+    "sort",
+    "special",
+    "strided",
+]
