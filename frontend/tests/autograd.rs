@@ -368,3 +368,107 @@ fn sgd_steps_lower_a_loss() {
     let last = loss_of(&w).unwrap().item().unwrap();
     assert!(last < 0.1 * first, "loss {first} -> {last}");
 }
+
+/// A leaf's gradient is accumulated, and its post-accumulate hooks run, as soon as every
+/// node feeding it has run: `w1`'s hook sees its complete `.grad` while `w0`'s node (below
+/// it in the chain) has not run yet, and each hook fires once per backward with the
+/// accumulated value (two backward passes: twice the gradient).
+#[test]
+fn post_accumulate_hooks_fire_when_the_leaf_is_complete() {
+    use std::sync::{Arc, Mutex};
+    let x = randn(&[3, 4], 1);
+    let w0 = leaf(&[4, 4], 2);
+    let w1 = leaf(&[4, 2], 3);
+    type Seen = Vec<(&'static str, Vec<f64>)>;
+    let order: Arc<Mutex<Seen>> = Arc::default();
+    for (name, w) in [("w0", &w0), ("w1", &w1)] {
+        let o = order.clone();
+        w.register_post_accumulate_grad_hook(move |g| {
+            o.lock().unwrap().push((name, g.to_vec_f64()?));
+            Ok(())
+        })
+        .unwrap();
+    }
+    // w1 is used twice (two contributions summed before the hook)
+    let h = x.matmul(&w0).unwrap().tanh().unwrap();
+    let y = (&h.matmul(&w1).unwrap() + &h.matmul(&w1).unwrap()).unwrap();
+    let loss = y.sum(&[0, 1], false).unwrap();
+    loss.backward_with(None, true).unwrap();
+    {
+        let seen = order.lock().unwrap();
+        let names: Vec<_> = seen.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["w1", "w0"], "w1 is complete before w0's node runs");
+        assert_eq!(seen[0].1, vals(&w1.grad().unwrap()));
+        assert_eq!(seen[1].1, vals(&w0.grad().unwrap()));
+    }
+    let first = vals(&w1.grad().unwrap());
+    loss.backward().unwrap();
+    let seen = order.lock().unwrap();
+    assert_eq!(seen.len(), 4);
+    let twice: Vec<f64> = first.iter().map(|v| v * 2.0).collect();
+    assert_eq!(seen[2].1, twice, "the hook sees the accumulated .grad");
+    // autograd::grad accumulates nothing, so runs no post-accumulate hook
+    drop(seen);
+    let l2 = x.matmul(&w0).unwrap().sum(&[0, 1], false).unwrap();
+    grad(&[l2], std::slice::from_ref(&w0), None, false).unwrap();
+    assert_eq!(order.lock().unwrap().len(), 4);
+}
+
+#[test]
+fn post_accumulate_hooks_only_on_leaves_that_require_grad() {
+    let w = leaf(&[2], 1);
+    let y = w.exp().unwrap();
+    let e = y
+        .register_post_accumulate_grad_hook(|_| Ok(()))
+        .unwrap_err();
+    assert!(e.to_string().contains("non-leaf"), "{e}");
+    let e = randn(&[2], 2)
+        .register_post_accumulate_grad_hook(|_| Ok(()))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("register_post_accumulate_grad_hook"),
+        "{e}"
+    );
+}
+
+/// Callbacks queued during a backward run after every gradient is accumulated, in order;
+/// their error is the backward's; outside a backward, queueing is an error.
+#[test]
+fn queued_callbacks_run_after_the_backward() {
+    use kiln::autograd::queue_callback;
+    use std::sync::{Arc, Mutex};
+    assert!(queue_callback(|| Ok(())).is_err());
+    let w = leaf(&[3], 1);
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (l, w2) = (log.clone(), w.clone());
+    w.register_hook(move |_| {
+        let (l1, l2, w3) = (l.clone(), l.clone(), w2.clone());
+        queue_callback(move || {
+            // the gradient is in place when the callback runs
+            l1.lock()
+                .unwrap()
+                .push(format!("first {}", w3.grad().is_some()));
+            Ok(())
+        })?;
+        queue_callback(move || {
+            l2.lock().unwrap().push("second".into());
+            Ok(())
+        })?;
+        Ok(None)
+    })
+    .unwrap();
+    w.exp()
+        .unwrap()
+        .sum(&[0], false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(*log.lock().unwrap(), ["first true", "second"]);
+    let v = leaf(&[2], 2);
+    v.register_post_accumulate_grad_hook(|_| {
+        queue_callback(|| Err(kiln::Error::Autograd("callback failed".into())))
+    })
+    .unwrap();
+    let e = v.sum(&[0], false).unwrap().backward().unwrap_err();
+    assert!(e.to_string().contains("callback failed"), "{e}");
+}

@@ -128,6 +128,35 @@ fn run_hooks(meta: &Meta, mut g: Tensor) -> Result<Tensor> {
     Ok(g)
 }
 
+/// A leaf's complete gradient of this pass: its hooks, then accumulation into `.grad` and
+/// the post-accumulate hooks (or capture, for `grad`).
+fn finish_leaf(
+    m: &Arc<Meta>,
+    g: Tensor,
+    wanted: &HashMap<(usize, usize), usize>,
+    captured: &mut [Option<Tensor>],
+    capturing: bool,
+) -> Result<()> {
+    let k = Arc::as_ptr(m) as usize;
+    let g = run_hooks(m, g)?;
+    if capturing {
+        if let Some(&i) = wanted.get(&(k, 0)) {
+            captured[i] = Some(sum(captured[i].take(), g)?);
+        }
+        return Ok(());
+    }
+    let acc = {
+        let mut slot = m.grad.lock();
+        let acc = sum(slot.take(), g)?;
+        *slot = Some(acc.clone());
+        acc
+    };
+    for h in m.post_accumulate_hooks.lock().iter() {
+        h(&acc)?;
+    }
+    Ok(())
+}
+
 /// Adds a contribution to a leaf's gradient of this pass (its hooks run once, on the sum).
 fn add_leaf(acc: &mut Vec<(Arc<Meta>, Tensor)>, m: &Arc<Meta>, g: Tensor) -> Result<()> {
     match acc.iter_mut().find(|(x, _)| Arc::ptr_eq(x, m)) {
@@ -207,6 +236,48 @@ pub(super) fn run(
     retain_graph: bool,
     inputs: Option<&[Tensor]>,
 ) -> Result<Vec<Option<Tensor>>> {
+    let outer = CALLBACKS.with(|c| c.borrow_mut().replace(Vec::new()));
+    let result = run_pass(outputs, grad_outputs, retain_graph, inputs);
+    let queued = CALLBACKS.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer));
+    let result = result?;
+    for f in queued.unwrap_or_default() {
+        f()?;
+    }
+    Ok(result)
+}
+
+/// A function queued by [`queue_callback`].
+type Callback = Box<dyn FnOnce() -> Result<()>>;
+
+thread_local! {
+    /// the callbacks queued during the backward pass running on this thread, if any
+    static CALLBACKS: std::cell::RefCell<Option<Vec<Callback>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Queues `f` to run once the backward pass running on this thread has finished (after
+/// every gradient is accumulated), in queueing order; an error it returns is the
+/// backward's error. PyTorch's `Variable._execution_engine.queue_callback`: DDP waits for
+/// its last all-reduces this way. Outside a backward pass it is an error.
+pub fn queue_callback(f: impl FnOnce() -> Result<()> + 'static) -> Result<()> {
+    CALLBACKS.with(|c| match c.borrow_mut().as_mut() {
+        Some(q) => {
+            q.push(Box::new(f));
+            Ok(())
+        }
+        None => Err(err(
+            "queue_callback: no backward pass is running on this thread",
+        )),
+    })
+}
+
+/// One backward pass (see [`run`]).
+fn run_pass(
+    outputs: &[Tensor],
+    grad_outputs: Option<&[Tensor]>,
+    retain_graph: bool,
+    inputs: Option<&[Tensor]>,
+) -> Result<Vec<Option<Tensor>>> {
     let _off = no_grad();
     // the inputs `grad` returns gradients for, by edge identity
     let mut wanted: HashMap<(usize, usize), usize> = HashMap::new();
@@ -260,6 +331,10 @@ pub(super) fn run(
     }
     // the nodes reachable from the roots, and how many users each has among them
     let mut deps: HashMap<usize, usize> = HashMap::new();
+    // per leaf, how many edges of those nodes still have to deliver its gradient: at 0
+    // its gradient is complete and is accumulated at once (DDP starts a bucket's
+    // all-reduce from the post-accumulate hooks while the rest of the backward runs)
+    let mut leaf_deps: HashMap<usize, usize> = HashMap::new();
     let mut nodes: HashMap<usize, Arc<Node>> = HashMap::new();
     let mut stack: Vec<Arc<Node>> = roots.clone();
     while let Some(n) = stack.pop() {
@@ -268,9 +343,12 @@ pub(super) fn run(
             continue;
         }
         for e in n.edges.iter().flatten() {
-            if let Edge::Node(m, _) = e {
-                *deps.entry(Arc::as_ptr(m) as usize).or_insert(0) += 1;
-                stack.push(m.clone());
+            match e {
+                Edge::Node(m, _) => {
+                    *deps.entry(Arc::as_ptr(m) as usize).or_insert(0) += 1;
+                    stack.push(m.clone());
+                }
+                Edge::Leaf(m) => *leaf_deps.entry(Arc::as_ptr(m) as usize).or_insert(0) += 1,
             }
         }
     }
@@ -318,7 +396,21 @@ pub(super) fn run(
                 continue;
             };
             match edge {
-                Edge::Leaf(m) => add_leaf(&mut leaf_grads, m, gi)?,
+                Edge::Leaf(m) => {
+                    add_leaf(&mut leaf_grads, m, gi)?;
+                    let d = leaf_deps
+                        .get_mut(&(Arc::as_ptr(m) as usize))
+                        .expect("a discovered leaf edge");
+                    *d -= 1;
+                    if *d == 0 {
+                        let i = leaf_grads
+                            .iter()
+                            .position(|(x, _)| Arc::ptr_eq(x, m))
+                            .expect("a leaf gradient just added");
+                        let (m, g) = leaf_grads.swap_remove(i);
+                        finish_leaf(&m, g, &wanted, &mut captured, inputs.is_some())?;
+                    }
+                }
                 Edge::Node(m, i) => {
                     let mk = Arc::as_ptr(m) as usize;
                     add_node_grad(&mut grads, m, *i, gi)?;
@@ -332,18 +424,10 @@ pub(super) fn run(
         }
         processed.push(n);
     }
-    // leaves: hooks, then accumulation (or capture for `grad`)
+    // the leaves not finished above (seeded directly, or behind a node that got no
+    // gradient)
     for (m, g) in leaf_grads {
-        let k = Arc::as_ptr(&m) as usize;
-        let g = run_hooks(&m, g)?;
-        if inputs.is_some() {
-            if let Some(&i) = wanted.get(&(k, 0)) {
-                captured[i] = Some(sum(captured[i].take(), g)?);
-            }
-        } else {
-            let mut slot = m.grad.lock();
-            *slot = Some(sum(slot.take(), g)?);
-        }
+        finish_leaf(&m, g, &wanted, &mut captured, inputs.is_some())?;
     }
     if !retain_graph {
         for n in processed {

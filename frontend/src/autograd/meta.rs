@@ -13,6 +13,9 @@ use std::sync::{Arc, Weak};
 /// A gradient hook: sees the gradient, may replace it.
 pub(crate) type Hook = Box<dyn Fn(&Tensor) -> Result<Option<Tensor>> + Send + Sync>;
 
+/// A hook run after a leaf's gradient is accumulated into its `.grad`: sees the new `.grad`.
+pub(crate) type PostAccumulateHook = Box<dyn Fn(&Tensor) -> Result<()> + Send + Sync>;
+
 /// What a tensor that requires grad (or did) carries; shared by its clones, as a Python
 /// reference to a torch tensor is.
 pub(crate) struct Meta {
@@ -27,6 +30,8 @@ pub(crate) struct Meta {
     pub(crate) retains_grad: AtomicBool,
     /// hooks run on its gradient, in registration order
     pub(crate) hooks: Mutex<Vec<Hook>>,
+    /// hooks run after its gradient is accumulated (leaves), in registration order
+    pub(crate) post_accumulate_hooks: Mutex<Vec<PostAccumulateHook>>,
 }
 
 impl Meta {
@@ -37,6 +42,7 @@ impl Meta {
             grad: Mutex::new(None),
             retains_grad: AtomicBool::new(false),
             hooks: Mutex::new(Vec::new()),
+            post_accumulate_hooks: Mutex::new(Vec::new()),
         }
     }
 
@@ -247,6 +253,7 @@ pub(crate) fn attach(out: Tensor, node: &Arc<Node>, index: usize) -> Tensor {
         grad: Mutex::new(None),
         retains_grad: AtomicBool::new(false),
         hooks: Mutex::new(Vec::new()),
+        post_accumulate_hooks: Mutex::new(Vec::new()),
     });
     node.out_meta.lock()[index] = Arc::downgrade(&meta);
     Tensor {

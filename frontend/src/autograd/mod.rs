@@ -21,6 +21,7 @@ mod inplace;
 mod meta;
 mod tensor_api;
 
+pub use engine::queue_callback;
 pub(crate) use engine::FREED;
 pub(crate) use inplace::run as record_inplace;
 pub use meta::Node;

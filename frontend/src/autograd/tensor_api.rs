@@ -79,6 +79,14 @@ impl Tensor {
         meta.grad.lock().clone()
     }
 
+    /// Replaces the accumulated gradient (DDP writes the averaged gradient back this way);
+    /// nothing for a tensor outside autograd.
+    pub(crate) fn set_grad(&self, g: Option<Tensor>) {
+        if let Some(m) = &self.grad_meta {
+            *m.grad.lock() = g;
+        }
+    }
+
     /// Clears the gradient to `None` (what `optimizer.zero_grad()` does by default).
     pub fn zero_grad(&self) {
         if let Some(m) = &self.grad_meta {
@@ -166,6 +174,29 @@ impl Tensor {
             _ => Err(err(
                 "register_hook",
                 "cannot register a hook on a tensor that doesn't require gradient",
+            )),
+        }
+    }
+
+    /// Registers `hook`, run each backward right after this leaf's gradient of the pass is
+    /// complete and accumulated into `.grad`, with the new `.grad`
+    /// (`register_post_accumulate_grad_hook`; torch passes the tensor, whose `.grad` this
+    /// is). A leaf's gradient is accumulated as soon as every node that contributes to it
+    /// has run, so the hook may fire while the rest of the backward is still running.
+    /// Not run by [`crate::autograd::grad`], which accumulates nothing.
+    pub fn register_post_accumulate_grad_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Result<()> + Send + Sync + 'static,
+    ) -> Result<()> {
+        match &self.grad_meta {
+            Some(m) if m.requires_grad() && m.grad_fn().is_none() => {
+                m.post_accumulate_hooks.lock().push(Box::new(hook));
+                Ok(())
+            }
+            _ => Err(err(
+                "register_post_accumulate_grad_hook",
+                "post accumulate grad hooks cannot be registered on non-leaf tensors or \
+                 tensors that do not require grad",
             )),
         }
     }
