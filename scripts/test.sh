@@ -2,10 +2,22 @@
 # Every test of kiln: the Rust workspace, then the PyTorch backend (python/) built by maturin,
 # installed, and its pytest suites (backend, models, FX translation, the OpInfo sweep).
 # Python packages come pinned from PyPI (scripts/python-deps.sh). The MiniLM and NVRTC tests
-# skip unless scripts/fetch-minilm.sh and scripts/fetch-cuda-tools.sh ran (see .ci/run).
+# skip unless scripts/fetch-minilm.sh and scripts/fetch-cuda-tools.sh ran (see .ci/run). With
+# Open MPI installed (mpicc; Debian: openmpi-bin libopenmpi-dev libclang-dev) kiln is built with
+# its `mpi` feature and the data-parallel tests run as `mpirun -np 2` jobs; KILN_REQUIRE_MPI=1
+# makes a missing MPI an error instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --workspace --locked
+features=()
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
+  features=(--features kiln/mpi)
+elif [ "${KILN_REQUIRE_MPI:-0}" = 1 ]; then
+  echo "KILN_REQUIRE_MPI=1 but mpicc or mpirun is missing" >&2
+  exit 1
+else
+  echo "note: no Open MPI (mpicc, mpirun): kiln is built without MPI and the multi-process DDP tests do not run"
+fi
+cargo test --workspace --locked "${features[@]}"
 bash scripts/python-deps.sh
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
   --no-build-isolation ./python

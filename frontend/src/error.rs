@@ -83,6 +83,15 @@ pub enum Error {
         /// the error of the op that failed inside it
         source: Box<Error>,
     },
+    /// A collective or data-parallel call failed: a rank that did not arrive within the
+    /// timeout (named), ranks whose parameters differ, a buffer of the wrong size.
+    #[error("distributed {op}: {reason}")]
+    Distributed {
+        /// the collective or call (`all_reduce #12`, `DistributedDataParallel::new`)
+        op: String,
+        /// what went wrong, naming ranks and parameters
+        reason: String,
+    },
     /// A file could not be read or written.
     #[error("{path}: {reason}")]
     Io {

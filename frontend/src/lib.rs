@@ -18,6 +18,7 @@ pub mod autograd;
 pub mod compile;
 pub mod cuda_tensor;
 mod display;
+pub mod distributed;
 mod error;
 pub mod fuzz;
 pub mod graph_exec;

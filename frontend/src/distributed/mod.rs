@@ -1,0 +1,37 @@
+//! Data-parallel training across processes (`torch.distributed` and
+//! `DistributedDataParallel`) on existing collective engines: MPI (Open MPI, behind the
+//! `mpi` cargo feature) for CPU machines and clusters, and a world of size 1 that needs no
+//! launcher.
+//!
+//! | file | holds |
+//! | --- | --- |
+//! | `group.rs` | [`ProcessGroup`]: rank, world size, `all_reduce`, `broadcast`, `all_gather`, `barrier`, asynchronous [`Work`] |
+//! | `buffer.rs` | [`CommBuffer`], the flat host data a collective moves, and its tensor conversions |
+//! | `local.rs` | the world of size 1 |
+//! | `mpi_backend.rs` | MPI: one communication thread, non-blocking collectives, timeouts that name the missing rank |
+//! | `bucket.rs` | DDP's bucket assignment (reverse parameter order, 1 MiB first bucket, 25 MiB after) |
+//! | `ddp.rs` | [`DistributedDataParallel`]: broadcast and shape check at start, bucketed all-reduce from gradient hooks, `no_sync`, unused parameters |
+
+mod bucket;
+mod buffer;
+mod ddp;
+mod group;
+mod local;
+#[cfg(feature = "mpi")]
+mod mpi_backend;
+
+pub use bucket::{assign_buckets, BucketInfo};
+pub use buffer::CommBuffer;
+pub use ddp::{DdpOptions, DistributedDataParallel, NoSyncGuard};
+pub use group::{ProcessGroup, ReduceOp, Work};
+
+use crate::error::Error;
+
+/// A distributed error: `op` failed for `reason` (a timeout names the ranks that did not
+/// arrive).
+pub(crate) fn dist_err(op: impl std::fmt::Display, reason: impl std::fmt::Display) -> Error {
+    Error::Distributed {
+        op: op.to_string(),
+        reason: reason.to_string(),
+    }
+}

@@ -1,0 +1,379 @@
+//! MPI's world as a [`Backend`]: one communication thread initialises MPI
+//! (`MPI_THREAD_FUNNELED`: only it calls MPI) and runs the submitted collectives in order,
+//! each as a non-blocking MPI collective polled until it completes, so the thread that
+//! submitted it (the backward pass) keeps computing meanwhile.
+//!
+//! A rank that dies or hangs must not hang the others: with every collective, each rank
+//! sends each peer a small arrival message carrying the collective's sequence number. When
+//! a collective has not completed within the timeout, the peers whose arrival is missing
+//! are the ranks named in the error (a peer that arrived at another sequence number means
+//! the ranks called collectives in different orders). The group is then broken: later
+//! collectives fail at once, and dropping it aborts the MPI job (`MPI_Abort`) instead of
+//! finalising, so the hung ranks are stopped too.
+
+use super::buffer::CommBuffer;
+use super::dist_err;
+use super::group::{Backend, Collective, ReduceOp};
+use crate::error::Result;
+use mpi::ffi;
+use std::os::raw::{c_int, c_void};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The tag of arrival messages on their own communicator.
+const ARRIVAL_TAG: c_int = 7;
+
+/// What the communication thread is asked to do.
+enum Job {
+    Run(Collective, Sender<Result<CommBuffer>>),
+    Shutdown,
+}
+
+/// MPI's world, served by the communication thread.
+pub(crate) struct Mpi {
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+    jobs: Mutex<Sender<Job>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The live world (a second `ProcessGroup::mpi()` shares it), and whether MPI was
+/// finalised (it cannot be initialised again in this process).
+static WORLD: Mutex<(Option<Weak<Mpi>>, bool)> = Mutex::new((None, false));
+
+/// MPI's world: the live one, or a new communication thread that initialises MPI.
+pub(crate) fn world(timeout: Duration) -> Result<Arc<dyn Backend>> {
+    let mut w = WORLD.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(live) = w.0.as_ref().and_then(Weak::upgrade) {
+        return Ok(live);
+    }
+    if w.1 {
+        return Err(dist_err(
+            "init_process_group",
+            "MPI was finalised when the last process group was dropped; it cannot be \
+             initialised twice in one process",
+        ));
+    }
+    let (jobs, rx) = channel();
+    let (ready_tx, ready_rx) = channel();
+    let thread = std::thread::Builder::new()
+        .name("kiln-mpi".into())
+        .spawn(move || serve(rx, ready_tx, timeout))
+        .map_err(|e| dist_err("init_process_group", e))?;
+    let (rank, size) = ready_rx
+        .recv()
+        .map_err(|_| dist_err("init_process_group", "the MPI thread stopped"))??;
+    w.1 = true;
+    let m = Arc::new(Mpi {
+        rank,
+        size,
+        timeout,
+        jobs: Mutex::new(jobs),
+        thread: Mutex::new(Some(thread)),
+    });
+    w.0 = Some(Arc::downgrade(&m));
+    Ok(m)
+}
+
+impl Backend for Mpi {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn name(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn submit(&self, c: Collective) -> Receiver<Result<CommBuffer>> {
+        let (tx, rx) = channel();
+        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(std::sync::mpsc::SendError(Job::Run(c, tx))) = jobs.send(Job::Run(c, tx)) {
+            let _ = tx.send(Err(dist_err(c.name(), "the MPI thread has stopped")));
+        }
+        rx
+    }
+
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+impl Drop for Mpi {
+    fn drop(&mut self) {
+        let _ = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Job::Shutdown);
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The communicators the thread uses: one for collectives, one for arrival messages (both
+/// duplicates of the world, returning errors instead of aborting).
+struct Comms {
+    coll: ffi::MPI_Comm,
+    arrive: ffi::MPI_Comm,
+    rank: usize,
+    size: usize,
+}
+
+/// The communication thread: initialises MPI, reports (rank, size), runs jobs in order,
+/// then finalises (or aborts the job if a collective failed).
+fn serve(jobs: Receiver<Job>, ready: Sender<Result<(usize, usize)>>, timeout: Duration) {
+    let Some((universe, threading)) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+    else {
+        let _ = ready.send(Err(dist_err(
+            "init_process_group",
+            "MPI was already initialised in this process",
+        )));
+        return;
+    };
+    if threading < mpi::Threading::Funneled {
+        let _ = ready.send(Err(dist_err(
+            "init_process_group",
+            format!("MPI provides {threading:?} threading; kiln needs Funneled"),
+        )));
+        return;
+    }
+    // SAFETY: MPI is initialised on this thread, the only one that calls it; the handles
+    // written are MPI's.
+    let comms = unsafe {
+        let mut coll: ffi::MPI_Comm = std::mem::zeroed();
+        let mut arrive: ffi::MPI_Comm = std::mem::zeroed();
+        ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut coll);
+        ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut arrive);
+        ffi::MPI_Comm_set_errhandler(coll, ffi::RSMPI_ERRORS_RETURN);
+        ffi::MPI_Comm_set_errhandler(arrive, ffi::RSMPI_ERRORS_RETURN);
+        let (mut rank, mut size) = (0, 0);
+        ffi::MPI_Comm_rank(coll, &mut rank);
+        ffi::MPI_Comm_size(coll, &mut size);
+        Comms {
+            coll,
+            arrive,
+            rank: rank as usize,
+            size: size as usize,
+        }
+    };
+    let _ = ready.send(Ok((comms.rank, comms.size)));
+    let mut broken: Option<String> = None;
+    let mut seq = 0u64;
+    for job in jobs {
+        let (c, reply) = match job {
+            Job::Run(c, reply) => (c, reply),
+            Job::Shutdown => break,
+        };
+        if let Some(why) = &broken {
+            let _ = reply.send(Err(dist_err(
+                c.name(),
+                format!("the process group is broken by an earlier failure: {why}"),
+            )));
+            continue;
+        }
+        seq += 1;
+        // SAFETY: this thread is MPI's only caller; the buffers live until the collective
+        // completes (or are leaked if it does not).
+        let r = unsafe { run(&comms, seq, c, timeout) };
+        if let Err(e) = &r {
+            broken = Some(e.to_string());
+        }
+        let _ = reply.send(r);
+    }
+    if broken.is_some() {
+        // collectives are still pending on dead or hung ranks: finalising would wait for
+        // them forever, so the whole job is stopped
+        // SAFETY: MPI is initialised on this thread.
+        unsafe { ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1) };
+    }
+    drop(universe);
+}
+
+/// An MPI datatype for the buffer's elements, its data pointer and length.
+unsafe fn raw(b: &mut CommBuffer) -> (ffi::MPI_Datatype, *mut c_void, usize) {
+    match b {
+        CommBuffer::F32(v) => (ffi::RSMPI_FLOAT, v.as_mut_ptr().cast(), v.len()),
+        CommBuffer::F64(v) => (ffi::RSMPI_DOUBLE, v.as_mut_ptr().cast(), v.len()),
+        CommBuffer::I64(v) => (ffi::RSMPI_INT64_T, v.as_mut_ptr().cast(), v.len()),
+    }
+}
+
+/// An element count as MPI's `int`.
+fn count(op: &str, n: usize) -> Result<c_int> {
+    c_int::try_from(n).map_err(|_| {
+        dist_err(
+            op,
+            format!("{n} elements is more than one MPI call moves (2^31 - 1)"),
+        )
+    })
+}
+
+/// Runs one collective: arrival messages to and from every peer, the non-blocking
+/// collective, then polling until all of them complete or the timeout passes.
+unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Result<CommBuffer> {
+    let name = coll.name();
+    let what = format!("{name} #{seq}");
+    let fail = |code: c_int, call: &str| {
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(dist_err(&what, format!("{call} returned MPI error {code}")))
+        }
+    };
+    // arrivals: each peer is told this rank reached collective `seq`
+    let peers: Vec<usize> = (0..c.size).filter(|&p| p != c.rank).collect();
+    let sent = Box::new(seq);
+    let mut got: Vec<u64> = vec![0; peers.len()];
+    let mut reqs: Vec<ffi::MPI_Request> = Vec::with_capacity(2 * peers.len() + 1);
+    for (i, &p) in peers.iter().enumerate() {
+        let (mut s, mut r) = (std::mem::zeroed(), std::mem::zeroed());
+        fail(
+            ffi::MPI_Isend(
+                (&*sent as *const u64).cast(),
+                1,
+                ffi::RSMPI_UINT64_T,
+                p as c_int,
+                ARRIVAL_TAG,
+                c.arrive,
+                &mut s,
+            ),
+            "MPI_Isend",
+        )?;
+        fail(
+            ffi::MPI_Irecv(
+                (&mut got[i] as *mut u64).cast(),
+                1,
+                ffi::RSMPI_UINT64_T,
+                p as c_int,
+                ARRIVAL_TAG,
+                c.arrive,
+                &mut r,
+            ),
+            "MPI_Irecv",
+        )?;
+        reqs.push(s);
+        reqs.push(r);
+    }
+    // the collective itself
+    let mut req: ffi::MPI_Request = std::mem::zeroed();
+    let (mut send, mut out, avg) = match coll {
+        Collective::AllReduce(mut b, op) => {
+            let mut out = b.clone();
+            let (ty, sp, n) = raw(&mut b);
+            let (_, rp, _) = raw(&mut out);
+            let mop = match op {
+                ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+                ReduceOp::Max => ffi::RSMPI_MAX,
+                ReduceOp::Min => ffi::RSMPI_MIN,
+            };
+            fail(
+                ffi::MPI_Iallreduce(sp, rp, count(&what, n)?, ty, mop, c.coll, &mut req),
+                "MPI_Iallreduce",
+            )?;
+            (Some(b), out, op == ReduceOp::Avg)
+        }
+        Collective::Broadcast(mut b, root) => {
+            let (ty, p, n) = raw(&mut b);
+            fail(
+                ffi::MPI_Ibcast(p, count(&what, n)?, ty, root as c_int, c.coll, &mut req),
+                "MPI_Ibcast",
+            )?;
+            (None, b, false)
+        }
+        Collective::AllGather(mut b) => {
+            let mut out = CommBuffer::zeros(b.dtype(), b.len() * c.size, name)?;
+            let (ty, sp, n) = raw(&mut b);
+            let (_, rp, _) = raw(&mut out);
+            let n = count(&what, n)?;
+            fail(
+                ffi::MPI_Iallgather(sp, n, ty, rp, n, ty, c.coll, &mut req),
+                "MPI_Iallgather",
+            )?;
+            (Some(b), out, false)
+        }
+        Collective::Barrier => {
+            fail(ffi::MPI_Ibarrier(c.coll, &mut req), "MPI_Ibarrier")?;
+            (None, CommBuffer::I64(Vec::new()), false)
+        }
+    };
+    reqs.push(req);
+    // poll: spin briefly (MPI progresses inside MPI_Test), then back off so a long wait
+    // does not take a core from the computation
+    let start = Instant::now();
+    let mut done = vec![false; reqs.len()];
+    let mut spins = 0u32;
+    loop {
+        for (i, r) in reqs.iter_mut().enumerate() {
+            if !done[i] {
+                let mut flag: c_int = 0;
+                fail(
+                    ffi::MPI_Test(r, &mut flag, ffi::RSMPI_STATUS_IGNORE),
+                    "MPI_Test",
+                )?;
+                done[i] = flag != 0;
+            }
+        }
+        if done.iter().all(|d| *d) {
+            break;
+        }
+        if start.elapsed() > timeout {
+            let missing: Vec<usize> = peers
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !done[2 * i + 1])
+                .map(|(_, &p)| p)
+                .collect();
+            // the pending operations still own their buffers
+            std::mem::forget(sent);
+            std::mem::forget(got);
+            std::mem::forget(send);
+            std::mem::forget(out);
+            let who = if missing.is_empty() {
+                "every rank arrived, but it did not complete".to_string()
+            } else {
+                let list: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
+                format!(
+                    "rank {} did not reach it (rank {} of {} waited)",
+                    list.join(", rank "),
+                    c.rank,
+                    c.size
+                )
+            };
+            return Err(dist_err(
+                &what,
+                format!("timed out after {:.1} s: {who}", timeout.as_secs_f64()),
+            ));
+        }
+        spins += 1;
+        if spins < 2000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    for (i, &p) in peers.iter().enumerate() {
+        if got[i] != seq {
+            return Err(dist_err(
+                &what,
+                format!(
+                    "rank {p} is at collective #{} while rank {} is at #{seq}: the ranks \
+                     called collectives in different orders",
+                    got[i], c.rank
+                ),
+            ));
+        }
+    }
+    send.take();
+    if avg {
+        out.divide(c.size);
+    }
+    Ok(out)
+}

@@ -1,0 +1,199 @@
+//! DDP in one process, on the world of size 1 (no launcher): training through
+//! `DistributedDataParallel` equals training without it bit for bit (eager and compiled,
+//! SGD with momentum and AdamW, `no_sync` accumulation); the bucket table; unused
+//! parameters; collectives of the world of size 1. The multi-process runs are in
+//! `ddp_mpi.rs`.
+
+mod ddp_common;
+use ddp_common::{cases, train};
+use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp};
+use kiln::nn::{Linear, Module, Sequential};
+use kiln::{DType, Tensor};
+
+#[test]
+fn world_of_one_trains_exactly_as_without_ddp() {
+    for case in cases() {
+        let ddp = train(Some(ProcessGroup::local()), case, 5).unwrap();
+        let plain = train(None, case, 5).unwrap();
+        assert_eq!(ddp, plain, "{case:?}");
+        assert_ne!(plain[0], plain[4], "{case:?}: the parameters move");
+    }
+}
+
+/// A model of several sizes: the first bucket closes past 1 MiB, the rest stay under the
+/// cap, in reverse parameter order.
+#[test]
+fn bucket_table_in_reverse_parameter_order() {
+    // 0.weight 512x256 (512 KiB), 0.bias, 2.weight 1024x512 (2 MiB), 2.bias, 4.weight 8x1024
+    let m = Sequential::mlp(&[256, 512, 1024, 8], 1).unwrap();
+    let ddp =
+        DistributedDataParallel::new(m, ProcessGroup::local(), DdpOptions::default()).unwrap();
+    let names: Vec<Vec<String>> = ddp.buckets().iter().map(|b| b.names.clone()).collect();
+    assert_eq!(
+        names,
+        vec![
+            vec!["4.bias", "4.weight", "2.bias", "2.weight"],
+            vec!["0.bias", "0.weight"],
+        ]
+    );
+    let bytes: Vec<usize> = ddp.buckets().iter().map(|b| b.bytes).collect();
+    assert_eq!(
+        bytes,
+        [
+            4 * (8 + 8 * 1024 + 1024 + 1024 * 512),
+            4 * (512 + 512 * 256)
+        ]
+    );
+    let table = ddp.bucket_table();
+    assert!(
+        table.starts_with("bucket  bytes  dtype  parameters\n"),
+        "{table}"
+    );
+    assert!(
+        table.contains("4.bias, 4.weight, 2.bias, 2.weight"),
+        "{table}"
+    );
+    // a 1048-byte cap: 4.bias (32 bytes) shares the first bucket with 4.weight, then one
+    // bucket per parameter
+    let m = Sequential::mlp(&[256, 512, 1024, 8], 1).unwrap();
+    let opts = DdpOptions {
+        bucket_cap_mb: 0.001,
+        first_bucket_mb: 0.001,
+        ..DdpOptions::default()
+    };
+    let ddp = DistributedDataParallel::new(m, ProcessGroup::local(), opts).unwrap();
+    assert_eq!(ddp.buckets().len(), 5);
+    assert_eq!(
+        ddp.named_parameters()[0].0,
+        "module.0.weight",
+        "torch's DDP prefixes module."
+    );
+}
+
+struct TwoHeads {
+    a: Linear,
+    b: Linear,
+}
+
+impl Module for TwoHeads {
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v: Vec<_> = self
+            .a
+            .named_parameters()
+            .into_iter()
+            .map(|(n, t)| (format!("a.{n}"), t))
+            .collect();
+        v.extend(
+            self.b
+                .named_parameters()
+                .into_iter()
+                .map(|(n, t)| (format!("b.{n}"), t)),
+        );
+        v
+    }
+
+    /// Only head `a`: `b` is unused.
+    fn forward(&self, x: &Tensor) -> kiln::Result<Tensor> {
+        self.a.forward(x)
+    }
+}
+
+fn two_heads() -> TwoHeads {
+    TwoHeads {
+        a: Linear::init(3, 2, true, 1).unwrap(),
+        b: Linear::init(3, 2, true, 2).unwrap(),
+    }
+}
+
+#[test]
+fn unused_parameters_are_an_error_unless_allowed() {
+    let x = Tensor::randn(&[4, 3], DType::F32, 3).unwrap();
+    let ddp =
+        DistributedDataParallel::new(two_heads(), ProcessGroup::local(), DdpOptions::default())
+            .unwrap();
+    let e = ddp
+        .forward(&x)
+        .unwrap()
+        .sum(&[0, 1], false)
+        .unwrap()
+        .backward()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("b.weight, b.bias"), "{e}");
+    assert!(e.contains("find_unused_parameters"), "{e}");
+    // allowed: the used head gets its gradient, the unused one keeps None
+    let opts = DdpOptions {
+        find_unused_parameters: true,
+        ..DdpOptions::default()
+    };
+    let ddp = DistributedDataParallel::new(two_heads(), ProcessGroup::local(), opts).unwrap();
+    for _ in 0..2 {
+        ddp.module().zero_grad();
+        ddp.forward(&x)
+            .unwrap()
+            .sum(&[0, 1], false)
+            .unwrap()
+            .backward()
+            .unwrap();
+        let m = ddp.module();
+        assert!(m.a.weight.grad().is_some() && m.a.bias.as_ref().unwrap().grad().is_some());
+        assert!(m.b.weight.grad().is_none());
+    }
+}
+
+#[test]
+fn no_sync_accumulates_and_the_next_backward_reduces() {
+    let m = Sequential::mlp(&[3, 4, 2], 5).unwrap();
+    let ddp =
+        DistributedDataParallel::new(m, ProcessGroup::local(), DdpOptions::default()).unwrap();
+    let x = Tensor::randn(&[5, 3], DType::F32, 9).unwrap();
+    let loss = || ddp.forward(&x).unwrap().sum(&[0, 1], false).unwrap();
+    {
+        let _g = ddp.no_sync();
+        loss().backward().unwrap();
+    }
+    loss().backward().unwrap();
+    let twice = ddp.module().parameters()[0]
+        .grad()
+        .unwrap()
+        .to_vec_f64()
+        .unwrap();
+    ddp.module().zero_grad();
+    loss().backward().unwrap();
+    let once = ddp.module().parameters()[0]
+        .grad()
+        .unwrap()
+        .to_vec_f64()
+        .unwrap();
+    for (t, o) in twice.iter().zip(&once) {
+        assert!(
+            (t - 2.0 * o).abs() <= 1e-6 * o.abs().max(1.0),
+            "{t} vs 2·{o}"
+        );
+    }
+}
+
+#[test]
+fn collectives_of_the_world_of_one() {
+    let g = ProcessGroup::local();
+    assert_eq!(
+        (g.rank(), g.world_size(), g.backend_name()),
+        (0, 1, "local")
+    );
+    let t = Tensor::from_vec(vec![1.0f32, -2.0, 3.5], &[3]).unwrap();
+    g.all_reduce(&t, ReduceOp::Avg).unwrap().wait().unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), [1.0, -2.0, 3.5]);
+    g.broadcast(&t, 0).unwrap().wait().unwrap();
+    let e = g.broadcast(&t, 1).err().unwrap().to_string();
+    assert!(e.contains("rank 1 is outside a world of 1"), "{e}");
+    let all = g.all_gather(&t).unwrap().wait().unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].to_vec::<f32>().unwrap(), [1.0, -2.0, 3.5]);
+    g.barrier().unwrap();
+    let e = g
+        .all_reduce(&Tensor::from_vec(vec![true], &[1]).unwrap(), ReduceOp::Sum)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("bool tensors are not supported"), "{e}");
+}

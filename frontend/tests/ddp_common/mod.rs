@@ -1,0 +1,157 @@
+//! DDP equivalence (PyTorch's `_test_DDP_niter` pattern): ranks training on their shards of
+//! each global batch must follow one process training on the whole batch. Shared by the
+//! world-size-1 tests and the `mpirun -np 2` tests.
+
+use kiln::compile;
+use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup};
+use kiln::nn::functional::{mse_loss, Reduction};
+use kiln::nn::{Module, Sequential};
+use kiln::optim::{AdamW, Optimizer, Sgd};
+use kiln::{DType, Result, Tensor};
+
+/// The global batch (rows) of every step.
+pub const GLOBAL: usize = 16;
+
+/// The optimiser of a case.
+#[derive(Clone, Copy, Debug)]
+pub enum Opt {
+    /// SGD, momentum 0.9, weight decay 1e-4
+    SgdMomentum,
+    /// AdamW, lr 1e-2
+    AdamW,
+}
+
+/// One equivalence case.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// the optimiser
+    pub opt: Opt,
+    /// forward and loss through `kiln::compile`
+    pub compiled: bool,
+    /// micro-batches per step (all but the last under `no_sync`)
+    pub micro: usize,
+}
+
+/// Every case the tests run.
+pub fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for opt in [Opt::SgdMomentum, Opt::AdamW] {
+        for compiled in [false, true] {
+            for micro in [1, 2] {
+                v.push(Case {
+                    opt,
+                    compiled,
+                    micro,
+                });
+            }
+        }
+    }
+    v
+}
+
+/// Step `i`'s global batch: x [GLOBAL, 8], y [GLOBAL, 4].
+pub fn global_batch(i: usize) -> (Tensor, Tensor) {
+    let x = Tensor::randn(&[GLOBAL, 8], DType::F32, 500 + i as u64).unwrap();
+    let y = (x.narrow(1, 2, 4).unwrap().tanh().unwrap() * 0.7).unwrap();
+    (x, y)
+}
+
+fn optimiser(opt: Opt, params: Vec<Tensor>) -> Box<dyn Optimizer> {
+    match opt {
+        Opt::SgdMomentum => Box::new(
+            Sgd::new(params, 0.05)
+                .unwrap()
+                .momentum(0.9, 0.0, false)
+                .weight_decay(1e-4),
+        ),
+        Opt::AdamW => Box::new(AdamW::new(params, 1e-2).unwrap()),
+    }
+}
+
+/// Trains `steps` steps: on `group` (each rank its contiguous shard of every micro-batch,
+/// the model built with a seed that differs per rank so that DDP's broadcast must make
+/// the replicas equal), or without DDP on the whole batch (`group` None). Returns the
+/// parameters after each step.
+pub fn train(group: Option<ProcessGroup>, case: Case, steps: usize) -> Result<Vec<Vec<f64>>> {
+    let (rank, world) = group
+        .as_ref()
+        .map_or((0, 1), |g| (g.rank(), g.world_size()));
+    let model = Sequential::mlp(&[8, 16, 4], 7 + rank as u64)?;
+    let net = match group {
+        Some(g) => Net::Ddp(DistributedDataParallel::new(
+            model,
+            g,
+            DdpOptions::default(),
+        )?),
+        None => Net::Plain(model),
+    };
+    let mut opt = optimiser(case.opt, net.params());
+    let loss_of = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
+        Ok(vec![mse_loss(&net.fwd(&xs[0])?, &xs[1], Reduction::Mean)?])
+    };
+    let compiled = compile(loss_of);
+    let mut out = Vec::new();
+    for i in 0..steps {
+        let (x, y) = global_batch(i);
+        opt.zero_grad();
+        let per_micro = GLOBAL / case.micro;
+        let shard = per_micro / world;
+        for m in 0..case.micro {
+            let start = m * per_micro + rank * shard;
+            let xs = [x.narrow(0, start, shard)?, y.narrow(0, start, shard)?];
+            let loss = if case.compiled {
+                compiled.call(xs.as_ref())?.remove(0)
+            } else {
+                loss_of(&xs)?.remove(0)
+            };
+            let last = m + 1 == case.micro;
+            let _no_sync = match &net {
+                Net::Ddp(d) if !last => Some(d.no_sync()),
+                _ => None,
+            };
+            loss.backward()?;
+        }
+        opt.step()?;
+        out.push(net.values());
+    }
+    Ok(out)
+}
+
+/// The model, or its DDP wrapper.
+enum Net {
+    Plain(Sequential),
+    Ddp(DistributedDataParallel<Sequential>),
+}
+
+impl Net {
+    fn fwd(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Net::Plain(m) => m.forward(x),
+            Net::Ddp(d) => d.forward(x),
+        }
+    }
+
+    fn params(&self) -> Vec<Tensor> {
+        match self {
+            Net::Plain(m) => m.parameters(),
+            Net::Ddp(d) => d.module().parameters(),
+        }
+    }
+
+    fn values(&self) -> Vec<f64> {
+        self.params()
+            .iter()
+            .flat_map(|p| p.to_vec_f64().unwrap())
+            .collect()
+    }
+}
+
+/// The largest difference between two runs' parameters, relative to max(|reference|, 1e-2).
+#[allow(dead_code)] // used by ddp_mpi.rs only
+pub fn max_rel_diff(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| x.iter().zip(y))
+        .map(|(x, y)| (x - y).abs() / y.abs().max(1e-2))
+        .fold(0.0, f64::max)
+}

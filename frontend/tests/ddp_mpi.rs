@@ -1,0 +1,211 @@
+//! DDP across processes on MPI: each test launches itself under `mpirun -np 2` (the ranks
+//! run the same test function with `KILN_DDP_WORKER` set) and checks what the ranks print.
+//! Needs kiln's `mpi` feature and Open MPI's `mpirun`; without `mpirun` the tests print why
+//! and pass (CI installs it: `.ci/run`).
+#![cfg(feature = "mpi")]
+
+mod ddp_common;
+use ddp_common::{cases, max_rel_diff, train};
+use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp};
+use kiln::nn::Sequential;
+use kiln::Tensor;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// True inside a rank started by [`launch`].
+fn worker() -> bool {
+    std::env::var_os("KILN_DDP_WORKER").is_some()
+}
+
+/// Runs test `name` of this binary as 2 MPI ranks; returns (success, output, seconds), or
+/// None (after saying why) when `mpirun` is missing.
+fn launch(name: &str, env: &[(&str, &str)]) -> Option<(bool, String, f64)> {
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        println!("skipped: no mpirun on this machine (apt-get install openmpi-bin)");
+        return None;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let start = Instant::now();
+    let out = Command::new("timeout")
+        .args(["120", "mpirun", "-np", "2", "--oversubscribe"])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("KILN_DDP_WORKER", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RAYON_NUM_THREADS", "1")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((out.status.success(), text, start.elapsed().as_secs_f64()))
+}
+
+/// 5 steps of N=2 ranks on their shards equal one process on the whole batch, for SGD
+/// with momentum and AdamW, eager and compiled, with and without `no_sync` accumulation;
+/// and both ranks hold the same parameters.
+#[test]
+fn two_ranks_train_as_one_process() {
+    if worker() {
+        let g = ProcessGroup::mpi().unwrap();
+        for case in cases() {
+            let ddp = train(Some(g.clone()), case, 5).unwrap();
+            let single = train(None, case, 5).unwrap();
+            let d = max_rel_diff(&ddp, &single);
+            assert!(d <= 1e-5, "{case:?}: rank {} differs by {d:e}", g.rank());
+            let last = Tensor::from_vec(ddp[4].clone(), &[ddp[4].len()]).unwrap();
+            let all = g.all_gather(&last).unwrap().wait().unwrap();
+            assert_eq!(
+                all[0].to_vec_f64().unwrap(),
+                all[1].to_vec_f64().unwrap(),
+                "{case:?}: the replicas differ"
+            );
+            println!(
+                "rank {}: {case:?} max relative difference {d:.1e}",
+                g.rank()
+            );
+        }
+        println!("rank {}: ddp equivalence ok", g.rank());
+        return;
+    }
+    let Some((ok, out, _)) = launch("two_ranks_train_as_one_process", &[]) else {
+        return;
+    };
+    assert!(ok, "{out}");
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("rank {r}: ddp equivalence ok")),
+            "{out}"
+        );
+    }
+}
+
+/// Collectives over MPI: sum, average, max, broadcast from rank 1, all-gather, barrier.
+#[test]
+fn collectives_over_mpi() {
+    if worker() {
+        let g = ProcessGroup::mpi().unwrap();
+        assert_eq!((g.world_size(), g.backend_name()), (2, "mpi"));
+        let r = g.rank() as f32;
+        let t = Tensor::from_vec(vec![r + 1.0, -r], &[2]).unwrap();
+        g.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap();
+        assert_eq!(t.to_vec::<f32>().unwrap(), [3.0, -1.0]);
+        let t = Tensor::from_vec(vec![r + 1.0, 10.0 * r], &[2]).unwrap();
+        g.all_reduce(&t, ReduceOp::Avg).unwrap().wait().unwrap();
+        assert_eq!(t.to_vec::<f32>().unwrap(), [1.5, 5.0]);
+        let t = Tensor::from_vec(vec![r as f64, -(r as f64)], &[2]).unwrap();
+        g.all_reduce(&t, ReduceOp::Max).unwrap().wait().unwrap();
+        assert_eq!(t.to_vec::<f64>().unwrap(), [1.0, 0.0]);
+        let t = Tensor::from_vec(vec![g.rank() as i64 * 7; 3], &[3]).unwrap();
+        g.broadcast(&t, 1).unwrap().wait().unwrap();
+        assert_eq!(t.to_vec::<i64>().unwrap(), [7, 7, 7]);
+        let t = Tensor::from_vec(vec![r; 2], &[1, 2]).unwrap();
+        let all = g.all_gather(&t).unwrap().wait().unwrap();
+        assert_eq!(all[1].shape(), [1, 2]);
+        assert_eq!(all[1].to_vec::<f32>().unwrap(), [1.0, 1.0]);
+        g.barrier().unwrap();
+        // two collectives in flight at once complete in order
+        let a = Tensor::from_vec(vec![1.0f32; 1 << 20], &[1 << 20]).unwrap();
+        let b = Tensor::from_vec(vec![2.0f32; 5], &[5]).unwrap();
+        let (wa, wb) = (
+            g.all_reduce(&a, ReduceOp::Sum).unwrap(),
+            g.all_reduce(&b, ReduceOp::Sum).unwrap(),
+        );
+        wb.wait().unwrap();
+        wa.wait().unwrap();
+        assert!(a.to_vec::<f32>().unwrap().iter().all(|&v| v == 2.0));
+        assert_eq!(b.to_vec::<f32>().unwrap(), [4.0; 5]);
+        println!("rank {}: collectives ok", g.rank());
+        return;
+    }
+    let Some((ok, out, _)) = launch("collectives_over_mpi", &[]) else {
+        return;
+    };
+    assert!(ok, "{out}");
+    assert!(out.contains("rank 0: collectives ok") && out.contains("rank 1: collectives ok"));
+}
+
+/// A rank that hangs: the other fails within the timeout with an error naming it, and the
+/// job is stopped (no rank hangs forever).
+#[test]
+fn a_hung_rank_is_named_within_the_timeout() {
+    if worker() {
+        let g = ProcessGroup::mpi().unwrap();
+        if g.rank() == 1 {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        let t = Tensor::from_vec(vec![1.0f32; 4], &[4]).unwrap();
+        let e = g.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap_err();
+        println!("rank {}: fault: {e}", g.rank());
+        // a broken group refuses further collectives at once
+        let e2 = g.barrier().unwrap_err().to_string();
+        println!("rank {}: then: {e2}", g.rank());
+        return;
+    }
+    let Some((ok, out, secs)) = launch(
+        "a_hung_rank_is_named_within_the_timeout",
+        &[("KILN_DIST_TIMEOUT", "3")],
+    ) else {
+        return;
+    };
+    assert!(!ok, "the job must fail: {out}");
+    assert!(
+        out.contains("rank 0: fault: distributed all_reduce #1: timed out after 3.0 s: rank 1 did not reach it"),
+        "{out}"
+    );
+    assert!(out.contains("broken by an earlier failure"), "{out}");
+    assert!(secs < 40.0, "took {secs} s: {out}");
+}
+
+/// A rank that dies: the job stops within the timeout, and the output names the rank.
+#[test]
+fn a_dead_rank_stops_the_job() {
+    if worker() {
+        let g = ProcessGroup::mpi().unwrap();
+        if g.rank() == 1 {
+            std::process::exit(3);
+        }
+        let t = Tensor::from_vec(vec![1.0f32; 4], &[4]).unwrap();
+        let e = g.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap_err();
+        println!("rank {}: fault: {e}", g.rank());
+        return;
+    }
+    let Some((ok, out, secs)) = launch("a_dead_rank_stops_the_job", &[("KILN_DIST_TIMEOUT", "3")])
+    else {
+        return;
+    };
+    assert!(!ok, "the job must fail: {out}");
+    assert!(
+        out.contains("rank 1 did not reach it") || out.contains(",1]"),
+        "the output names rank 1: {out}"
+    );
+    assert!(secs < 40.0, "took {secs} s: {out}");
+}
+
+/// Ranks whose models differ fail at construction, naming the parameter.
+#[test]
+fn mismatched_parameters_are_detected_at_start() {
+    if worker() {
+        let g = ProcessGroup::mpi().unwrap();
+        let hidden = if g.rank() == 0 { 16 } else { 17 };
+        let m = Sequential::mlp(&[8, hidden, 4], 1).unwrap();
+        let e = DistributedDataParallel::new(m, g.clone(), DdpOptions::default())
+            .err()
+            .expect("different shapes must fail");
+        println!("rank {}: refused: {e}", g.rank());
+        return;
+    }
+    let Some((ok, out, _)) = launch("mismatched_parameters_are_detected_at_start", &[]) else {
+        return;
+    };
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("rank 0: refused: distributed DistributedDataParallel::new: parameter `0.weight` ([16, 8] f32 on rank 0) differs in name, shape or dtype on rank 1"),
+        "{out}"
+    );
+    assert!(out.contains("rank 1: refused:"), "{out}");
+}
