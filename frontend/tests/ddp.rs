@@ -197,3 +197,37 @@ fn collectives_of_the_world_of_one() {
         .to_string();
     assert!(e.contains("bool tensors are not supported"), "{e}");
 }
+
+/// `kiln train --ddp` without a launcher trains on the world of size 1: the same losses as
+/// without `--ddp`, bit for bit, and the JSON records the bucket table.
+#[test]
+fn kiln_train_ddp_without_a_launcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |ddp: bool| -> serde_json::Value {
+        let out = dir.path().join(format!("{ddp}.json"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args([
+            "train",
+            "--steps",
+            "4",
+            "--batch",
+            "16",
+            "--log-every",
+            "0",
+            "--json",
+        ])
+        .arg(&out)
+        .env_remove("OMPI_COMM_WORLD_SIZE");
+        if ddp {
+            cmd.arg("--ddp");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+        serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
+    };
+    let (d, s) = (run(true), run(false));
+    assert_eq!(d["loss"], s["loss"]);
+    assert_eq!(d["ddp"]["world_size"], 1);
+    assert_eq!(d["ddp"]["buckets"][0]["parameters"][0], "2.bias");
+    assert!(s["ddp"].is_null());
+}

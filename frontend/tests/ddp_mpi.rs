@@ -209,3 +209,86 @@ fn mismatched_parameters_are_detected_at_start() {
     );
     assert!(out.contains("rank 1: refused:"), "{out}");
 }
+
+/// `kiln train --ddp` as 2 ranks (eager, and with the forward and loss compiled): the
+/// global batch's loss per step, which rank 0 alone writes, follows a one-process run.
+#[test]
+fn kiln_train_ddp_follows_one_process() {
+    if worker() {
+        return;
+    }
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        println!("skipped: no mpirun on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kiln = env!("CARGO_BIN_EXE_kiln");
+    let common = [
+        "train",
+        "--steps",
+        "12",
+        "--batch",
+        "64",
+        "--optimizer",
+        "sgd",
+        "--momentum",
+        "0.9",
+        "--log-every",
+        "0",
+    ];
+    let losses = |p: &std::path::Path| -> Vec<f64> {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        v["loss"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let single = dir.path().join("single.json");
+    let st = Command::new(kiln)
+        .args(common)
+        .arg("--json")
+        .arg(&single)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{st:?}");
+    for compile in [false, true] {
+        let multi = dir.path().join(format!("ddp-{compile}.json"));
+        let mut cmd = Command::new("timeout");
+        cmd.args(["120", "mpirun", "-np", "2", "--oversubscribe", kiln])
+            .args(common)
+            .args(["--ddp", "--json"])
+            .arg(&multi)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        if compile {
+            cmd.arg("--compile");
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            text.matches("training an MLP").count(),
+            1,
+            "rank 0 alone reports: {text}"
+        );
+        assert!(
+            text.contains("data-parallel over 2 ranks (mpi), 32 rows per rank"),
+            "{text}"
+        );
+        let (a, b) = (losses(&multi), losses(&single));
+        assert_eq!(a.len(), 12);
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-5 * y.abs(),
+                "compile {compile}: {a:?} vs {b:?}"
+            );
+        }
+    }
+}

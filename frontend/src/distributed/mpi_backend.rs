@@ -1,13 +1,14 @@
 //! MPI's world as a [`Backend`]: one communication thread initialises MPI
 //! (`MPI_THREAD_FUNNELED`: only it calls MPI) and runs the submitted collectives in order,
-//! each as a non-blocking MPI collective polled until it completes, so the thread that
-//! submitted it (the backward pass) keeps computing meanwhile.
+//! so the thread that submitted one (the backward pass) keeps computing meanwhile.
 //!
-//! A rank that dies or hangs must not hang the others: with every collective, each rank
-//! sends each peer a small arrival message carrying the collective's sequence number. When
-//! a collective has not completed within the timeout, the peers whose arrival is missing
-//! are the ranks named in the error (a peer that arrived at another sequence number means
-//! the ranks called collectives in different orders). The group is then broken: later
+//! A rank that dies or hangs must not hang the others: before each collective, each rank
+//! sends each peer a small arrival message carrying the collective's sequence number and
+//! polls for theirs (non-blocking, backing off). Peers whose arrival is missing after the
+//! timeout are the ranks named in the error (a peer that arrived at another sequence number
+//! means the ranks called collectives in different orders). Once every peer has arrived the
+//! collective itself is MPI's blocking one, which progresses at full speed (a non-blocking
+//! collective progresses only inside `MPI_Test`, so polling it with back-off slows it). The group is then broken: later
 //! collectives fail at once, and dropping it aborts the MPI job (`MPI_Abort`) instead of
 //! finalising, so the hung ranks are stopped too.
 
@@ -216,8 +217,9 @@ fn count(op: &str, n: usize) -> Result<c_int> {
     })
 }
 
-/// Runs one collective: arrival messages to and from every peer, the non-blocking
-/// collective, then polling until all of them complete or the timeout passes.
+/// Runs one collective in two phases: arrival messages to and from every peer, polled until
+/// every peer has arrived or the timeout passes (the error names the missing ranks); then
+/// the blocking MPI collective, which runs at MPI's full speed since every rank is in it.
 unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Result<CommBuffer> {
     let name = coll.name();
     let what = format!("{name} #{seq}");
@@ -228,11 +230,11 @@ unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Resul
             Err(dist_err(&what, format!("{call} returned MPI error {code}")))
         }
     };
-    // arrivals: each peer is told this rank reached collective `seq`
+    // phase 1: each peer is told this rank reached collective `seq`, and heard from
     let peers: Vec<usize> = (0..c.size).filter(|&p| p != c.rank).collect();
     let sent = Box::new(seq);
     let mut got: Vec<u64> = vec![0; peers.len()];
-    let mut reqs: Vec<ffi::MPI_Request> = Vec::with_capacity(2 * peers.len() + 1);
+    let mut reqs: Vec<ffi::MPI_Request> = Vec::with_capacity(2 * peers.len());
     for (i, &p) in peers.iter().enumerate() {
         let (mut s, mut r) = (std::mem::zeroed(), std::mem::zeroed());
         fail(
@@ -262,54 +264,10 @@ unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Resul
         reqs.push(s);
         reqs.push(r);
     }
-    // the collective itself
-    let mut req: ffi::MPI_Request = std::mem::zeroed();
-    let (mut send, mut out, avg) = match coll {
-        Collective::AllReduce(mut b, op) => {
-            let mut out = b.clone();
-            let (ty, sp, n) = raw(&mut b);
-            let (_, rp, _) = raw(&mut out);
-            let mop = match op {
-                ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
-                ReduceOp::Max => ffi::RSMPI_MAX,
-                ReduceOp::Min => ffi::RSMPI_MIN,
-            };
-            fail(
-                ffi::MPI_Iallreduce(sp, rp, count(&what, n)?, ty, mop, c.coll, &mut req),
-                "MPI_Iallreduce",
-            )?;
-            (Some(b), out, op == ReduceOp::Avg)
-        }
-        Collective::Broadcast(mut b, root) => {
-            let (ty, p, n) = raw(&mut b);
-            fail(
-                ffi::MPI_Ibcast(p, count(&what, n)?, ty, root as c_int, c.coll, &mut req),
-                "MPI_Ibcast",
-            )?;
-            (None, b, false)
-        }
-        Collective::AllGather(mut b) => {
-            let mut out = CommBuffer::zeros(b.dtype(), b.len() * c.size, name)?;
-            let (ty, sp, n) = raw(&mut b);
-            let (_, rp, _) = raw(&mut out);
-            let n = count(&what, n)?;
-            fail(
-                ffi::MPI_Iallgather(sp, n, ty, rp, n, ty, c.coll, &mut req),
-                "MPI_Iallgather",
-            )?;
-            (Some(b), out, false)
-        }
-        Collective::Barrier => {
-            fail(ffi::MPI_Ibarrier(c.coll, &mut req), "MPI_Ibarrier")?;
-            (None, CommBuffer::I64(Vec::new()), false)
-        }
-    };
-    reqs.push(req);
-    // poll: spin briefly (MPI progresses inside MPI_Test), then back off so a long wait
-    // does not take a core from the computation
+    // poll: spin a millisecond, then back off so that waiting for a slow peer does not
+    // take a core from this rank's computation
     let start = Instant::now();
     let mut done = vec![false; reqs.len()];
-    let mut spins = 0u32;
     loop {
         for (i, r) in reqs.iter_mut().enumerate() {
             if !done[i] {
@@ -324,39 +282,32 @@ unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Resul
         if done.iter().all(|d| *d) {
             break;
         }
-        if start.elapsed() > timeout {
-            let missing: Vec<usize> = peers
+        let waited = start.elapsed();
+        if waited > timeout {
+            let missing: Vec<String> = peers
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| !done[2 * i + 1])
-                .map(|(_, &p)| p)
+                .map(|(_, &p)| p.to_string())
                 .collect();
-            // the pending operations still own their buffers
+            // the pending messages still own their buffers
             std::mem::forget(sent);
             std::mem::forget(got);
-            std::mem::forget(send);
-            std::mem::forget(out);
-            let who = if missing.is_empty() {
-                "every rank arrived, but it did not complete".to_string()
-            } else {
-                let list: Vec<String> = missing.iter().map(|r| r.to_string()).collect();
-                format!(
-                    "rank {} did not reach it (rank {} of {} waited)",
-                    list.join(", rank "),
-                    c.rank,
-                    c.size
-                )
-            };
             return Err(dist_err(
                 &what,
-                format!("timed out after {:.1} s: {who}", timeout.as_secs_f64()),
+                format!(
+                    "timed out after {:.1} s: rank {} did not reach it (rank {} of {} waited)",
+                    timeout.as_secs_f64(),
+                    missing.join(", rank "),
+                    c.rank,
+                    c.size
+                ),
             ));
         }
-        spins += 1;
-        if spins < 2000 {
+        if waited < Duration::from_millis(1) {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(Duration::from_micros(20));
         }
     }
     for (i, &p) in peers.iter().enumerate() {
@@ -371,9 +322,48 @@ unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Resul
             ));
         }
     }
-    send.take();
-    if avg {
-        out.divide(c.size);
-    }
-    Ok(out)
+    // phase 2: the collective, every rank in it
+    Ok(match coll {
+        Collective::AllReduce(mut b, op) => {
+            let mut out = CommBuffer::zeros(b.dtype(), b.len(), name)?;
+            let (ty, sp, n) = raw(&mut b);
+            let (_, rp, _) = raw(&mut out);
+            let mop = match op {
+                ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+                ReduceOp::Max => ffi::RSMPI_MAX,
+                ReduceOp::Min => ffi::RSMPI_MIN,
+            };
+            fail(
+                ffi::MPI_Allreduce(sp, rp, count(&what, n)?, ty, mop, c.coll),
+                "MPI_Allreduce",
+            )?;
+            if op == ReduceOp::Avg {
+                out.divide(c.size);
+            }
+            out
+        }
+        Collective::Broadcast(mut b, root) => {
+            let (ty, p, n) = raw(&mut b);
+            fail(
+                ffi::MPI_Bcast(p, count(&what, n)?, ty, root as c_int, c.coll),
+                "MPI_Bcast",
+            )?;
+            b
+        }
+        Collective::AllGather(mut b) => {
+            let mut out = CommBuffer::zeros(b.dtype(), b.len() * c.size, name)?;
+            let (ty, sp, n) = raw(&mut b);
+            let (_, rp, _) = raw(&mut out);
+            let n = count(&what, n)?;
+            fail(
+                ffi::MPI_Allgather(sp, n, ty, rp, n, ty, c.coll),
+                "MPI_Allgather",
+            )?;
+            out
+        }
+        Collective::Barrier => {
+            fail(ffi::MPI_Barrier(c.coll), "MPI_Barrier")?;
+            CommBuffer::I64(Vec::new())
+        }
+    })
 }

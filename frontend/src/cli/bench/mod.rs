@@ -26,6 +26,7 @@
 //! first steps of the two sides, and count their flops as 3× the forward's. Every row has
 //! the peak memory of each side, from the caching allocator's statistics.
 
+mod distributed;
 mod limits;
 mod machine;
 mod reference;
@@ -65,6 +66,11 @@ pub struct BenchArgs {
     /// (`KILN_PROFILE`'s table; timing each kernel adds about a microsecond per kernel)
     #[arg(long)]
     pub profile: bool,
+    /// instead of the workloads, the data-parallel figures over the ranks of `mpirun -np N`
+    /// (alone: a world of size 1): all-reduce bandwidth of 25 MiB buckets against a memory
+    /// copy, and a data-parallel training step against one rank on its share of the batch
+    #[arg(long)]
+    pub ddp: bool,
 }
 
 /// Kernels listed per workload by `kiln bench --profile`.
@@ -249,6 +255,9 @@ impl Plan {
 /// Runs `kiln bench`: prints the table, writes the JSON when asked, and fails when a
 /// workload failed its check (after reporting every workload).
 pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
+    if args.ddp {
+        return distributed::bench_ddp(args.quick, args.json.as_deref());
+    }
     let backend = args.backend.resolve()?;
     let workloads = select(&args.workloads)?;
     if let Some(path) = &args.json {

@@ -8,6 +8,14 @@
 //! grad, forward, loss, `backward()` and the optimiser's step trace to one graph, whose
 //! updates of the weights and the optimiser state are written back after each call.
 //!
+//! `--ddp` trains data-parallel over the ranks `mpirun -np N` started (`kiln::distributed`,
+//! MPI; without a launcher, the world of size 1): `--batch` stays the global batch, each rank
+//! takes its contiguous shard of every global batch, gradients are averaged by
+//! `DistributedDataParallel`, and rank 0 alone prints, saves and writes the JSON, whose loss
+//! per step is the global batch's (the mean of the ranks' shard losses). With `--compile` the
+//! forward and loss are compiled; backward and the update stay eager so that DDP's gradient
+//! hooks run.
+//!
 //! Steps per second are measured over the training loop alone (batches made, forward,
 //! backward, optimiser step, the loss read back), not over reading the data, building the
 //! model, the final evaluation or saving.
@@ -19,6 +27,7 @@ use super::CliError;
 use clap::{Args, ValueEnum};
 use data::{BatchOrder, Dataset};
 use kiln::autograd::no_grad;
+use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp};
 use kiln::nn::functional::{cross_entropy, CrossEntropyOptions};
 use kiln::nn::{load_parameters, save_parameters, Module, Sequential};
 use kiln::optim::{AdamW, Optimizer, Sgd};
@@ -85,6 +94,10 @@ pub struct TrainArgs {
     /// `kiln::compile` (the cpu backend) into one graph
     #[arg(long)]
     pub compile: bool,
+    /// data-parallel over the ranks of `mpirun -np N` (each rank its shard of every global
+    /// batch; a kiln built with `--features mpi`); rank 0 reports
+    #[arg(long)]
+    pub ddp: bool,
     /// steps between progress lines when stderr is not a terminal (0: none)
     #[arg(long, default_value_t = 50, value_name = "N")]
     pub log_every: usize,
@@ -120,6 +133,8 @@ struct Resolved {
     shuffle: Option<u64>,
     fused: bool,
     compile: bool,
+    /// with --ddp: the number of ranks
+    world_size: Option<usize>,
     seed: u64,
     init: Option<String>,
     save: Option<String>,
@@ -188,6 +203,7 @@ fn resolve(args: &TrainArgs, data: &Dataset, path: &Path) -> Result<Resolved, Cl
         shuffle: args.shuffle,
         fused: args.fused,
         compile: args.compile,
+        world_size: None,
         seed: args.seed,
         init: args.init.as_ref().map(|p| p.display().to_string()),
         save: args.save.as_ref().map(|p| p.display().to_string()),
@@ -243,11 +259,46 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
         .or_else(|| args.data.clone())
         .unwrap_or_else(default_data);
     let data = Dataset::read(&path)?;
-    let o = resolve(args, &data, &path)?;
+    let mut o = resolve(args, &data, &path)?;
     let model = Sequential::mlp(&o.layers, o.seed)?;
     if let Some(init) = &args.init {
         load_parameters(&model, init)?;
     }
+    let group = if args.ddp {
+        let g = ProcessGroup::from_env()?;
+        if o.batch % g.world_size() != 0 {
+            return Err(format!(
+                "--batch {}: the global batch must divide among the {} ranks",
+                o.batch,
+                g.world_size()
+            )
+            .into());
+        }
+        o.world_size = Some(g.world_size());
+        Some(g)
+    } else {
+        None
+    };
+    let (rank, world) = group
+        .as_ref()
+        .map_or((0, 1), |g| (g.rank(), g.world_size()));
+    let lead = rank == 0;
+    let (plain, ddp) = match &group {
+        Some(g) => (
+            None,
+            Some(DistributedDataParallel::new(
+                model,
+                g.clone(),
+                DdpOptions::default(),
+            )?),
+        ),
+        None => (Some(model), None),
+    };
+    let model: &Sequential = match (&plain, &ddp) {
+        (Some(m), _) => m,
+        (None, Some(d)) => d.module(),
+        (None, None) => unreachable!("a model, plain or wrapped"),
+    };
     let opt = Mutex::new(optimizer(&o, model.parameters())?);
     let ce = CrossEntropyOptions::default();
     // one training step on a batch `[x, y]`: gradients cleared, forward, loss, backward,
@@ -262,9 +313,28 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
         opt.step()?;
         Ok(loss)
     };
-    let compiled = o
-        .compile
+    let compiled = (o.compile && ddp.is_none())
         .then(|| compile_with(train_step, CompileOptions::default().name("train")));
+    // data-parallel: the forward and loss compiled, backward (DDP's hooks) and step eager
+    let loss_fn = |xy: &[Tensor]| -> kiln::Result<Tensor> {
+        cross_entropy(&model.forward(&xy[0])?, &xy[1], &ce)
+    };
+    let compiled_loss = (o.compile && ddp.is_some())
+        .then(|| compile_with(loss_fn, CompileOptions::default().name("train_loss")));
+    let ddp_step = |xy: &[Tensor]| -> kiln::Result<Tensor> {
+        let mut opt = opt.lock().unwrap_or_else(|e| e.into_inner());
+        opt.zero_grad();
+        let loss = match &compiled_loss {
+            Some(f) => f.call(xy)?,
+            None => loss_fn(xy)?,
+        };
+        loss.backward()?;
+        opt.step()?;
+        Ok(loss)
+    };
+    if !lead {
+        return train_ranks_loop(&o, &data, &group, rank, world, &ddp_step);
+    }
     println!(
         "training an MLP {} ({} parameters, {}) on {}: {} rows, {} features, {} classes; {} \
          lr {}, batch {}, {} steps{}",
@@ -287,6 +357,14 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
         o.steps,
         if o.compile { ", compiled" } else { "" }
     );
+    if let Some(d) = &ddp {
+        println!(
+            "data-parallel over {world} ranks ({}), {} rows per rank per step; buckets:\n{}",
+            d.group().backend_name(),
+            o.batch / world,
+            d.bucket_table().trim_end()
+        );
+    }
 
     let mut order = BatchOrder::new(data.len(), o.shuffle);
     let progress = Progress::new(o.steps, args.log_every);
@@ -294,13 +372,18 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
     let start = Instant::now();
     let mut first_step_seconds = None;
     for step in 0..o.steps {
-        let (x, y) = data.gather(&order.batch(step, o.batch))?;
-        let xy = [x, y];
-        let loss = match &compiled {
-            Some(f) => f.call(&xy)?,
-            None => train_step(&xy)?,
+        let l = match &group {
+            Some(g) => rank_step(g, &data, &mut order, step, &o, rank, world, &ddp_step)?,
+            None => {
+                let (x, y) = data.gather(&order.batch(step, o.batch))?;
+                let xy = [x, y];
+                let loss = match &compiled {
+                    Some(f) => f.call(&xy)?,
+                    None => train_step(&xy)?,
+                };
+                loss.item()?
+            }
         };
-        let l = loss.item()?;
         if step == 0 {
             first_step_seconds = Some(start.elapsed().as_secs_f64());
         }
@@ -315,10 +398,10 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
         0.0
     };
 
-    let (data_loss, correct) = evaluate(&model, &data)?;
+    let (data_loss, correct) = evaluate(model, &data)?;
     let accuracy = correct as f64 / data.len() as f64;
     if let Some(save) = &args.save {
-        save_parameters(&model, save)?;
+        save_parameters(model, save)?;
     }
     let last = losses.last().map_or("-".to_string(), |l| format!("{l:.4}"));
     println!(
@@ -342,7 +425,14 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
             "options": o,
             // with --compile: graphs compiled, graph breaks, and the first step (trace +
             // compile + one step, included in steps_per_second); null without it
-            "compile": compiled.as_ref().map(|f| {
+            "ddp": ddp.as_ref().map(|d| serde_json::json!({
+                "world_size": world,
+                "backend": d.group().backend_name(),
+                "buckets": d.buckets().iter().map(|b| serde_json::json!({
+                    "index": b.index, "bytes": b.bytes, "parameters": b.names,
+                })).collect::<Vec<_>>(),
+            })),
+            "compile": compiled.as_ref().or(compiled_loss.as_ref()).map(|f| {
                 let s = f.stats();
                 serde_json::json!({
                     "graphs": s.compiles,
@@ -354,6 +444,47 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
         });
         std::fs::write(json, serde_json::to_string_pretty(&doc)?)
             .map_err(|e| format!("{}: {e}", json.display()))?;
+    }
+    Ok(())
+}
+
+/// One data-parallel step on this rank's contiguous shard of the global batch `step`;
+/// returns the global batch's loss (the mean over the ranks).
+#[allow(clippy::too_many_arguments)]
+fn rank_step(
+    g: &ProcessGroup,
+    data: &Dataset,
+    order: &mut BatchOrder,
+    step: usize,
+    o: &Resolved,
+    rank: usize,
+    world: usize,
+    ddp_step: &dyn Fn(&[Tensor]) -> kiln::Result<Tensor>,
+) -> kiln::Result<f64> {
+    let rows = order.batch(step, o.batch);
+    let shard = o.batch / world;
+    let (x, y) = data.gather(&rows[rank * shard..(rank + 1) * shard])?;
+    let loss = ddp_step(&[x, y])?.detach();
+    let mean = Tensor::from_vec(vec![loss.item()?], &[1])?;
+    g.all_reduce(&mean, ReduceOp::Avg)?.wait()?;
+    mean.item()
+}
+
+/// The training loop of a rank other than 0: the same steps, nothing reported.
+fn train_ranks_loop(
+    o: &Resolved,
+    data: &Dataset,
+    group: &Option<ProcessGroup>,
+    rank: usize,
+    world: usize,
+    ddp_step: &dyn Fn(&[Tensor]) -> kiln::Result<Tensor>,
+) -> Result<(), CliError> {
+    let g = group
+        .as_ref()
+        .expect("only data-parallel runs have other ranks");
+    let mut order = BatchOrder::new(data.len(), o.shuffle);
+    for step in 0..o.steps {
+        rank_step(g, data, &mut order, step, o, rank, world, ddp_step)?;
     }
     Ok(())
 }
