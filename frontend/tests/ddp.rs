@@ -231,3 +231,69 @@ fn kiln_train_ddp_without_a_launcher() {
     assert_eq!(d["ddp"]["buckets"][0]["parameters"][0], "2.bias");
     assert!(s["ddp"].is_null());
 }
+
+/// Compiled DDP: the forward split at bucket boundaries gives the same loss and gradients
+/// as the whole forward compiled as one graph (and as eager), and explains its graphs.
+#[test]
+fn split_compiled_graphs_give_the_gradients_of_the_whole_graph() {
+    use kiln::nn::functional::{mse_loss, Reduction};
+    use kiln::{compile, CompileOptions};
+    let ddp = DistributedDataParallel::new(
+        Sequential::mlp(&[8, 16, 4], 3).unwrap(),
+        ProcessGroup::local(),
+        ddp_common::small_buckets(),
+    )
+    .unwrap();
+    assert_eq!(ddp.buckets().len(), 2);
+    let x = Tensor::randn(&[6, 8], DType::F32, 4).unwrap();
+    let y = Tensor::randn(&[6, 4], DType::F32, 5).unwrap();
+    let grads = |loss: Tensor| -> (f64, Vec<Vec<f64>>) {
+        ddp.module().zero_grad();
+        let l = loss.item().unwrap();
+        loss.backward().unwrap();
+        let g = ddp
+            .module()
+            .parameters()
+            .iter()
+            .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
+            .collect();
+        (l, g)
+    };
+    let whole = compile(|xs: &[Tensor]| {
+        Ok(vec![mse_loss(
+            &ddp.forward(&xs[0])?,
+            &xs[1],
+            Reduction::Mean,
+        )?])
+    });
+    let split = ddp.compile_split(CompileOptions::default().name("mlp"));
+    let eager = grads(mse_loss(&ddp.forward(&x).unwrap(), &y, Reduction::Mean).unwrap());
+    for _ in 0..2 {
+        let w = grads(whole.call(&[x.clone(), y.clone()]).unwrap().remove(0));
+        let s = grads(mse_loss(&split.forward(&x).unwrap(), &y, Reduction::Mean).unwrap());
+        assert_eq!(s, w, "split vs whole compiled");
+        for (a, b) in s.1.iter().flatten().zip(eager.1.iter().flatten()) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1e-3),
+                "{a} vs eager {b}"
+            );
+        }
+    }
+    assert_eq!(split.num_graphs(), 2);
+    assert_eq!(split.segments(), vec![0..2, 2..3]);
+    let text = split.explain();
+    assert!(text.contains("2 graphs (each compiled"), "{text}");
+    // two calls, one cache entry each (no recompile), its forward and backward compiled
+    assert!(
+        text.contains(
+            "graph 0: layers 0..2, buckets [1]; 2 calls, 1 cache entries, 2 graphs compiled"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "graph 1: layers 2..3, buckets [0]; 2 calls, 1 cache entries, 2 graphs compiled"
+        ),
+        "{text}"
+    );
+}

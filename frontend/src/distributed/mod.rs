@@ -11,6 +11,7 @@
 //! | `mpi_backend.rs` | MPI: one communication thread, non-blocking collectives, timeouts that name the missing rank |
 //! | `bucket.rs` | DDP's bucket assignment (reverse parameter order, 1 MiB first bucket, 25 MiB after) |
 //! | `ddp.rs` | [`DistributedDataParallel`]: broadcast and shape check at start, bucketed all-reduce from gradient hooks, `no_sync`, unused parameters |
+//! | `split.rs` | compiled DDP: a `Sequential`'s forward compiled as one graph per bucket group, so all-reduces overlap the compiled backward |
 
 mod bucket;
 mod buffer;
@@ -19,11 +20,13 @@ mod group;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi_backend;
+mod split;
 
 pub use bucket::{assign_buckets, BucketInfo};
 pub use buffer::CommBuffer;
 pub use ddp::{DdpOptions, DistributedDataParallel, NoSyncGuard};
 pub use group::{ProcessGroup, ReduceOp, Work};
+pub use split::SplitCompiled;
 
 use crate::error::Error;
 

@@ -60,6 +60,26 @@ impl Sequential {
         self.layers.get(i).map(|l| -> &dyn Module { &**l })
     }
 
+    /// Layers `layers` applied to `x` in order (a slice of the forward; an empty range
+    /// returns `x`). A range past the end is an error.
+    pub fn forward_range(&self, layers: std::ops::Range<usize>, x: &Tensor) -> Result<Tensor> {
+        let Some(slice) = self.layers.get(layers.clone()) else {
+            return Err(invalid(
+                "nn::Sequential::forward_range",
+                &[self.layers.len()],
+                format!(
+                    "layers {layers:?} are not within the {} layers",
+                    self.layers.len()
+                ),
+            ));
+        };
+        let mut h = x.clone();
+        for l in slice {
+            h = l.forward(&h)?;
+        }
+        Ok(h)
+    }
+
     /// A multi-layer perceptron `Linear(sizes[0], sizes[1]), ReLU, Linear(sizes[1],
     /// sizes[2]), ..., Linear(.., sizes[n-1])` (no activation after the last), each
     /// `Linear` with a bias and torch's default initialisation ([`Linear::init`]), the

@@ -2,11 +2,11 @@
 //! each global batch must follow one process training on the whole batch. Shared by the
 //! world-size-1 tests and the `mpirun -np 2` tests.
 
-use kiln::compile;
 use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup};
 use kiln::nn::functional::{mse_loss, Reduction};
 use kiln::nn::{Module, Sequential};
 use kiln::optim::{AdamW, Optimizer, Sgd};
+use kiln::{compile, CompileOptions};
 use kiln::{DType, Result, Tensor};
 
 /// The global batch (rows) of every step.
@@ -30,23 +30,36 @@ pub struct Case {
     pub compiled: bool,
     /// micro-batches per step (all but the last under `no_sync`)
     pub micro: usize,
+    /// compiled as one graph per bucket group (`compile_split`) instead of one graph
+    pub split: bool,
 }
 
 /// Every case the tests run.
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     for opt in [Opt::SgdMomentum, Opt::AdamW] {
-        for compiled in [false, true] {
+        for (compiled, split) in [(false, false), (true, false), (true, true)] {
             for micro in [1, 2] {
                 v.push(Case {
                     opt,
                     compiled,
                     micro,
+                    split,
                 });
             }
         }
     }
     v
+}
+
+/// Bucket limits small enough that the 8-16-4 MLP has two buckets (`2.bias, 2.weight`
+/// past 210 bytes, then `0.bias, 0.weight`), so a split compile has two graphs.
+pub fn small_buckets() -> DdpOptions {
+    DdpOptions {
+        first_bucket_mb: 0.0002,
+        bucket_cap_mb: 0.002,
+        ..DdpOptions::default()
+    }
 }
 
 /// Step `i`'s global batch: x [GLOBAL, 8], y [GLOBAL, 4].
@@ -78,11 +91,7 @@ pub fn train(group: Option<ProcessGroup>, case: Case, steps: usize) -> Result<Ve
         .map_or((0, 1), |g| (g.rank(), g.world_size()));
     let model = Sequential::mlp(&[8, 16, 4], 7 + rank as u64)?;
     let net = match group {
-        Some(g) => Net::Ddp(DistributedDataParallel::new(
-            model,
-            g,
-            DdpOptions::default(),
-        )?),
+        Some(g) => Net::Ddp(DistributedDataParallel::new(model, g, small_buckets())?),
         None => Net::Plain(model),
     };
     let mut opt = optimiser(case.opt, net.params());
@@ -90,6 +99,10 @@ pub fn train(group: Option<ProcessGroup>, case: Case, steps: usize) -> Result<Ve
         Ok(vec![mse_loss(&net.fwd(&xs[0])?, &xs[1], Reduction::Mean)?])
     };
     let compiled = compile(loss_of);
+    let split = match (&net, case.split) {
+        (Net::Ddp(d), true) => Some(d.compile_split(CompileOptions::default())),
+        _ => None,
+    };
     let mut out = Vec::new();
     for i in 0..steps {
         let (x, y) = global_batch(i);
@@ -99,7 +112,9 @@ pub fn train(group: Option<ProcessGroup>, case: Case, steps: usize) -> Result<Ve
         for m in 0..case.micro {
             let start = m * per_micro + rank * shard;
             let xs = [x.narrow(0, start, shard)?, y.narrow(0, start, shard)?];
-            let loss = if case.compiled {
+            let loss = if let Some(s) = &split {
+                mse_loss(&s.forward(&xs[0])?, &xs[1], Reduction::Mean)?
+            } else if case.compiled {
                 compiled.call(xs.as_ref())?.remove(0)
             } else {
                 loss_of(&xs)?.remove(0)

@@ -13,8 +13,8 @@
 //! takes its contiguous shard of every global batch, gradients are averaged by
 //! `DistributedDataParallel`, and rank 0 alone prints, saves and writes the JSON, whose loss
 //! per step is the global batch's (the mean of the ranks' shard losses). With `--compile` the
-//! forward and loss are compiled; backward and the update stay eager so that DDP's gradient
-//! hooks run.
+//! forward is compiled as one graph per bucket group (`compile_split`); loss, backward and
+//! the update stay eager so that DDP's gradient hooks run.
 //!
 //! Steps per second are measured over the training loop alone (batches made, forward,
 //! backward, optimiser step, the loss read back), not over reading the data, building the
@@ -315,19 +315,20 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
     };
     let compiled = (o.compile && ddp.is_none())
         .then(|| compile_with(train_step, CompileOptions::default().name("train")));
-    // data-parallel: the forward and loss compiled, backward (DDP's hooks) and step eager
-    let loss_fn = |xy: &[Tensor]| -> kiln::Result<Tensor> {
-        cross_entropy(&model.forward(&xy[0])?, &xy[1], &ce)
+    // data-parallel: the forward compiled as one graph per bucket group (so all-reduces
+    // overlap the compiled backward), loss, backward (DDP's hooks) and step eager
+    let split = match (&ddp, o.compile) {
+        (Some(d), true) => Some(d.compile_split(CompileOptions::default().name("train"))),
+        _ => None,
     };
-    let compiled_loss = (o.compile && ddp.is_some())
-        .then(|| compile_with(loss_fn, CompileOptions::default().name("train_loss")));
     let ddp_step = |xy: &[Tensor]| -> kiln::Result<Tensor> {
         let mut opt = opt.lock().unwrap_or_else(|e| e.into_inner());
         opt.zero_grad();
-        let loss = match &compiled_loss {
-            Some(f) => f.call(xy)?,
-            None => loss_fn(xy)?,
+        let logits = match &split {
+            Some(f) => f.forward(&xy[0])?,
+            None => model.forward(&xy[0])?,
         };
+        let loss = cross_entropy(&logits, &xy[1], &ce)?;
         loss.backward()?;
         opt.step()?;
         Ok(loss)
@@ -432,7 +433,8 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
                     "index": b.index, "bytes": b.bytes, "parameters": b.names,
                 })).collect::<Vec<_>>(),
             })),
-            "compile": compiled.as_ref().or(compiled_loss.as_ref()).map(|f| {
+            "split_graphs": split.as_ref().map(|f| f.num_graphs()),
+            "compile": compiled.as_ref().map(|f| {
                 let s = f.stats();
                 serde_json::json!({
                     "graphs": s.compiles,
