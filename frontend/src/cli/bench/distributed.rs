@@ -1,18 +1,19 @@
 //! `kiln bench --ddp`, run under `mpirun -np N` (or alone, as a world of size 1): the
 //! all-reduce bandwidth of DDP's 25 MiB buckets against this machine's memory-copy
-//! bandwidth, and a data-parallel training step against one rank on its share of the batch.
+//! bandwidth, and the training workloads `train_mlp` and `train_block` data-parallel (each
+//! rank its share of the global batch) against one rank on its share alone.
 //! Rank 0 prints and writes the JSON; the other ranks take part silently.
 //!
 //! The all-reduce row counts the bytes each rank must move at least in a ring all-reduce,
 //! 2(N−1)/N of the buffer (NCCL's "bus bandwidth"), over the median time of a whole
 //! collective as DDP sees it (submitted, reduced, returned).
 
+use super::train::{Trainee, Workload};
 use super::BenchError;
 use kiln::distributed::{CommBuffer, DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp};
-use kiln::nn::functional::{cross_entropy, CrossEntropyOptions};
-use kiln::nn::{Module, Sequential};
+use kiln::nn::Module;
 use kiln::optim::{Optimizer, Sgd};
-use kiln::{DType, Tensor};
+use kiln::Tensor;
 use std::path::Path;
 use std::time::Instant;
 
@@ -33,16 +34,43 @@ pub struct DistributedReport {
     pub memcpy_gbs: f64,
     /// bus_gbs / memcpy_gbs
     pub fraction_of_memcpy: f64,
-    /// the data-parallel step's model (layer sizes) and global batch
-    pub step_model: Vec<usize>,
-    /// the global batch of the data-parallel step
+    /// the data-parallel training steps: `train_mlp` and `train_block`
+    pub steps: Vec<StepRow>,
+}
+
+/// One training workload data-parallel against one rank on its share of the batch.
+#[derive(Debug, serde::Serialize)]
+pub struct StepRow {
+    /// the workload (`kiln bench`'s training workloads)
+    pub workload: &'static str,
+    /// the global batch (sequences or rows)
     pub global_batch: usize,
-    /// median seconds of a data-parallel step (each rank its shard)
+    /// median seconds of a data-parallel step (each rank its share, DDP's all-reduces)
     pub ddp_step_seconds: f64,
-    /// median seconds of one rank's step on its shard alone, without DDP (rank 0)
+    /// median seconds of rank 0's step on its share alone, without DDP
     pub one_rank_step_seconds: f64,
     /// ddp_step_seconds / one_rank_step_seconds
-    pub step_ratio: f64,
+    pub ratio: f64,
+}
+
+/// A training workload's parameters as a module, so DDP can wrap them (its loss function
+/// holds the model).
+struct Params(Vec<Tensor>);
+
+impl Module for Params {
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        self.0
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("p{i}"), t.clone()))
+            .collect()
+    }
+
+    fn forward(&self, _x: &Tensor) -> kiln::Result<Tensor> {
+        Err(kiln::Error::Autograd(
+            "the training workload's loss function runs the model".into(),
+        ))
+    }
 }
 
 fn dist(e: kiln::Error) -> BenchError {
@@ -96,53 +124,61 @@ pub fn bench_ddp(quick: bool, json: Option<&Path>) -> Result<(), BenchError> {
     let ar = median(times);
     let bus_gbs = 2.0 * (world as f64 - 1.0) / world as f64 * bytes as f64 / ar / 1e9;
 
-    // a data-parallel training step against one rank on its shard alone
-    let layers = if quick {
-        vec![64, 128, 10]
-    } else {
-        vec![256, 1024, 1024, 10]
-    };
-    let global = if quick { 64 } else { 512 };
-    let shard = global / world;
-    let x = Tensor::randn(&[shard, layers[0]], DType::F32, 1 + g.rank() as u64).map_err(dist)?;
-    let y = Tensor::from_vec(
-        (0..shard).map(|i| (i % 10) as i64).collect::<Vec<_>>(),
-        &[shard],
-    )
-    .map_err(dist)?;
-    let ce = CrossEntropyOptions::default();
-    let time_steps =
-        |m: &dyn Fn(&Tensor) -> kiln::Result<Tensor>, opt: &mut Sgd| -> kiln::Result<f64> {
+    // data-parallel training steps against one rank on its share alone
+    let mut steps = Vec::new();
+    for name in ["train_mlp", "train_block"] {
+        let mut w = Workload::new(name, quick).expect("a training workload");
+        let global = match &mut w {
+            Workload::Mlp { batch, .. } | Workload::Block { batch, .. } => {
+                let g = *batch;
+                if g % world != 0 {
+                    continue;
+                }
+                *batch = g / world;
+                g
+            }
+            Workload::MiniLm { .. } => continue,
+        };
+        let inputs = w.inputs().map_err(dist)?;
+        let time_steps = |t: &Trainee| -> kiln::Result<f64> {
+            let mut opt = Sgd::new(t.params.clone(), 1e-3)?;
             let mut v = Vec::new();
             for i in 0..runs + 3 {
-                let t = Instant::now();
+                let start = Instant::now();
                 opt.zero_grad();
-                cross_entropy(&m(&x)?, &y, &ce)?.backward()?;
+                (t.loss)(&inputs)?.backward()?;
                 opt.step()?;
                 if i >= 3 {
-                    v.push(t.elapsed().as_secs_f64());
+                    v.push(start.elapsed().as_secs_f64());
                 }
             }
             Ok(median(v))
         };
-    let ddp = DistributedDataParallel::new(
-        Sequential::mlp(&layers, 3).map_err(dist)?,
-        g.clone(),
-        DdpOptions::default(),
-    )
-    .map_err(dist)?;
-    let mut opt = Sgd::new(ddp.module().parameters(), 1e-3).map_err(dist)?;
-    let ddp_step = time_steps(&|x| ddp.forward(x), &mut opt).map_err(dist)?;
-    g.barrier().map_err(dist)?;
-    // one rank alone (the others wait at the barrier)
-    let one = if lead {
-        let m = Sequential::mlp(&layers, 3).map_err(dist)?;
-        let mut opt = Sgd::new(m.parameters(), 1e-3).map_err(dist)?;
-        time_steps(&|x| m.forward(x), &mut opt).map_err(dist)?
-    } else {
-        0.0
-    };
-    g.barrier().map_err(dist)?;
+        let t = w.build().map_err(dist)?;
+        let ddp = DistributedDataParallel::new(
+            Params(t.params.clone()),
+            g.clone(),
+            DdpOptions::default(),
+        )
+        .map_err(dist)?;
+        let ddp_step = time_steps(&t).map_err(dist)?;
+        drop(ddp);
+        g.barrier().map_err(dist)?;
+        // one rank alone (the others wait at the barrier)
+        let one = if lead {
+            time_steps(&w.build().map_err(dist)?).map_err(dist)?
+        } else {
+            0.0
+        };
+        g.barrier().map_err(dist)?;
+        steps.push(StepRow {
+            workload: w.name(),
+            global_batch: global,
+            ddp_step_seconds: ddp_step,
+            one_rank_step_seconds: one,
+            ratio: ddp_step / one,
+        });
+    }
     if !lead {
         return Ok(());
     }
@@ -154,13 +190,9 @@ pub fn bench_ddp(quick: bool, json: Option<&Path>) -> Result<(), BenchError> {
         bus_gbs,
         memcpy_gbs,
         fraction_of_memcpy: bus_gbs / memcpy_gbs,
-        step_model: layers,
-        global_batch: global,
-        ddp_step_seconds: ddp_step,
-        one_rank_step_seconds: one,
-        step_ratio: ddp_step / one,
+        steps,
     };
-    println!("{}", render(&r));
+    print!("{}", render(&r));
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&serde_json::json!({ "distributed": r })).map_err(
             |e| BenchError::Json {
@@ -178,18 +210,10 @@ pub fn bench_ddp(quick: bool, json: Option<&Path>) -> Result<(), BenchError> {
 
 /// The report's text.
 pub fn render(r: &DistributedReport) -> String {
-    let join = |v: &[usize]| {
-        v.iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join("-")
-    };
-    format!(
+    let mut s = format!(
         "distributed: {} ranks ({})\n\
          all_reduce  {:.1} MiB f32 bucket: median {:.2} ms; {:.2} GB/s per rank (2(N-1)/N of the \
-         bytes over the time) = {:.0}% of a memory copy ({:.2} GB/s, one thread)\n\
-         train step  MLP {} (SGD), global batch {}: {} ranks {:.2} ms, one rank on {} rows \
-         {:.2} ms: {:.2}x",
+         bytes over the time) = {:.0}% of a memory copy ({:.2} GB/s, one thread)\n",
         r.world_size,
         r.backend,
         r.bucket_bytes as f64 / (1 << 20) as f64,
@@ -197,12 +221,18 @@ pub fn render(r: &DistributedReport) -> String {
         r.bus_gbs,
         r.fraction_of_memcpy * 100.0,
         r.memcpy_gbs,
-        join(&r.step_model),
-        r.global_batch,
-        r.world_size,
-        r.ddp_step_seconds * 1e3,
-        r.global_batch / r.world_size,
-        r.one_rank_step_seconds * 1e3,
-        r.step_ratio
-    )
+    );
+    for st in &r.steps {
+        s += &format!(
+            "{:<11} global batch {}: {} ranks {:.2} ms a step, one rank on {} {:.2} ms: {:.2}x\n",
+            st.workload,
+            st.global_batch,
+            r.world_size,
+            st.ddp_step_seconds * 1e3,
+            st.global_batch / r.world_size,
+            st.one_rank_step_seconds * 1e3,
+            st.ratio
+        );
+    }
+    s
 }
