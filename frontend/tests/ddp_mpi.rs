@@ -292,3 +292,50 @@ fn kiln_train_ddp_follows_one_process() {
         }
     }
 }
+
+/// `kiln bench --ddp --quick` as 2 ranks: rank 0 alone reports the all-reduce and the
+/// data-parallel step rows, and writes them as JSON.
+#[test]
+fn kiln_bench_ddp_reports_on_rank_zero() {
+    if worker() {
+        return;
+    }
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        println!("skipped: no mpirun on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ddp.json");
+    let out = Command::new("timeout")
+        .args(["120", "mpirun", "-np", "2", "--oversubscribe"])
+        .arg(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "--ddp", "--quick", "--json"])
+        .arg(&json)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.matches("distributed: 2 ranks (mpi)").count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("all_reduce  1.0 MiB f32 bucket"), "{text}");
+    assert!(
+        text.contains("train_mlp   global batch 16: 2 ranks"),
+        "{text}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let d = &v["distributed"];
+    assert_eq!(d["world_size"], 2);
+    assert!(d["bus_gbs"].as_f64().unwrap() > 0.0);
+    assert_eq!(d["steps"][0]["workload"], "train_mlp");
+    assert!(d["steps"][0]["ratio"].as_f64().unwrap() > 0.0);
+}
