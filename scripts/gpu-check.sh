@@ -7,7 +7,8 @@
 # variants), the cuda backend's compile tests and the eager CUDA tensor tests on device 0 (KILN_CUDA_DEVICE=0 instead of the
 # emulated device they use elsewhere), `kiln bench --backend cuda`, and `kiln fuzz --backend
 # cuda` for KILN_GPU_FUZZ_SECONDS (default 60; KILN_GPU_FUZZ_ARGS adds flags, minimised
-# divergences go to KILN_GPU_FUZZ_DIR, default target/gpu-fuzz), in release.
+# divergences go to KILN_GPU_FUZZ_DIR, default target/gpu-fuzz), in release; and the NCCL
+# world of size 1 (the nvidia-nccl-cu12 wheel, KILN_NCCL) with DDP over it.
 #   bash scripts/gpu-check.sh
 # On a GPU machine with no Rust toolchain or network, it runs what scripts/gpu-pack.sh built
 # elsewhere (.gpu-pack/pack.tar.xz, or KILN_GPU_PACK): the same tests and bench from prebuilt
@@ -64,6 +65,26 @@ cargo test --release --workspace --locked -- cuda gpu 2>&1 | tee "$log" || statu
 
 echo "== the cuda backend through kiln::compile, and eager CUDA tensors, on device 0 =="
 KILN_CUDA_DEVICE=0 cargo test --release --locked -p kiln --test compile_cuda --test cuda_eager \
+  2>&1 | tee -a "$log" || status=$?
+
+echo "== NCCL: a world of size 1 on device 0 (kiln's nccl feature; the nvidia-nccl-cu12 wheel) =="
+NCCL_VERSION=2.27.3
+if [ -z "${KILN_NCCL:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+  DEST="${KILN_CUDA_TOOLS:-$HOME/.cache/kiln/cuda-tools-12.9.86}"
+  if [ ! -f "$DEST/nvidia/nccl/lib/libnccl.so.2" ]; then
+    tmp_nccl="$(mktemp -d)"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: \
+      "nvidia-nccl-cu12==$NCCL_VERSION" -d "$tmp_nccl" >&2 || true
+    mkdir -p "$DEST"
+    for w in "$tmp_nccl"/*.whl; do
+      [ -f "$w" ] && python3 -m zipfile -e "$w" "$DEST"
+    done
+    rm -rf "$tmp_nccl"
+  fi
+  [ -f "$DEST/nvidia/nccl/lib/libnccl.so.2" ] && export KILN_NCCL="$DEST/nvidia/nccl/lib"
+fi
+echo "KILN_NCCL=${KILN_NCCL:-unset: libnccl.so.2 from the loader path}"
+KILN_REQUIRE_NCCL=1 cargo test --release --locked -p kiln --features nccl --test ddp_nccl \
   2>&1 | tee -a "$log" || status=$?
 
 echo "== kiln bench --backend cuda =="

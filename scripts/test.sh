@@ -8,9 +8,10 @@
 # makes a missing MPI an error instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-features=()
+# NCCL is loaded at run time, so its feature builds anywhere (its tests skip without a GPU)
+features=(--features kiln/nccl)
 if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then
-  features=(--features kiln/mpi)
+  features=(--features kiln/mpi,kiln/nccl)
 elif [ "${KILN_REQUIRE_MPI:-0}" = 1 ]; then
   echo "KILN_REQUIRE_MPI=1 but mpicc or mpirun is missing" >&2
   exit 1

@@ -26,7 +26,7 @@ pub enum ReduceOp {
 /// One collective, as a backend runs it.
 #[derive(Debug)]
 // the world of size 1 needs neither the reduction nor the root
-#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "mpi", feature = "nccl")), allow(dead_code))]
 pub(crate) enum Collective {
     /// every rank gets the reduction of every rank's buffer
     AllReduce(CommBuffer, ReduceOp),
@@ -186,6 +186,16 @@ impl ProcessGroup {
                 )),
             }
         }
+    }
+
+    /// An NCCL group (`init_process_group(backend="nccl")`): NCCL's unique id made by
+    /// rank 0 and shared through `init.rendezvous`, collectives on device `init.device`.
+    /// An error (never a panic) without a CUDA driver, a device or NCCL.
+    #[cfg(feature = "nccl")]
+    pub fn nccl(init: super::NcclInit) -> Result<ProcessGroup> {
+        Ok(ProcessGroup {
+            backend: super::nccl_backend::start(init, default_timeout())?,
+        })
     }
 
     /// This process's rank, from 0.

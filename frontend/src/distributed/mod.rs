@@ -1,7 +1,7 @@
 //! Data-parallel training across processes (`torch.distributed` and
 //! `DistributedDataParallel`) on existing collective engines: MPI (Open MPI, behind the
-//! `mpi` cargo feature) for CPU machines and clusters, and a world of size 1 that needs no
-//! launcher.
+//! `mpi` cargo feature) for CPU machines and clusters, NCCL (behind the `nccl` feature,
+//! loaded at run time) for GPUs, and a world of size 1 that needs no launcher.
 //!
 //! | file | holds |
 //! | --- | --- |
@@ -11,6 +11,8 @@
 //! | `mpi_backend.rs` | MPI: one communication thread, non-blocking collectives, timeouts that name the missing rank |
 //! | `bucket.rs` | DDP's bucket assignment (reverse parameter order, 1 MiB first bucket, 25 MiB after) |
 //! | `ddp.rs` | [`DistributedDataParallel`]: broadcast and shape check at start, bucketed all-reduce from gradient hooks, `no_sync`, unused parameters |
+//! | `nccl_backend.rs` | NCCL (the `nccl` feature): buffers reduced in device memory on a communication thread's stream |
+//! | `rendezvous.rs` | how NCCL's ranks share its unique id: a file, TCP, or MPI |
 //! | `split.rs` | compiled DDP: a `Sequential`'s forward compiled as one graph per bucket group, so all-reduces overlap the compiled backward |
 
 mod bucket;
@@ -20,12 +22,18 @@ mod group;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi_backend;
+#[cfg(feature = "nccl")]
+mod nccl_backend;
+mod rendezvous;
 mod split;
 
 pub use bucket::{assign_buckets, BucketInfo};
 pub use buffer::CommBuffer;
 pub use ddp::{DdpOptions, DistributedDataParallel, NoSyncGuard};
 pub use group::{ProcessGroup, ReduceOp, Work};
+#[cfg(feature = "nccl")]
+pub use nccl_backend::NcclInit;
+pub use rendezvous::Rendezvous;
 pub use split::SplitCompiled;
 
 use crate::error::Error;
