@@ -168,6 +168,9 @@ fn serve(jobs: Receiver<Job>, ready: Sender<Result<(usize, usize)>>, timeout: Du
     let _ = ready.send(Ok((comms.rank, comms.size)));
     let mut broken: Option<String> = None;
     let mut seq = 0u64;
+    // the last all-reduce's input, reused as the next one's output when it fits (a fresh
+    // 25 MiB buffer costs thousands of page faults on first touch)
+    let mut spare: Option<CommBuffer> = None;
     for job in jobs {
         let (c, reply) = match job {
             Job::Run(c, reply) => (c, reply),
@@ -183,7 +186,7 @@ fn serve(jobs: Receiver<Job>, ready: Sender<Result<(usize, usize)>>, timeout: Du
         seq += 1;
         // SAFETY: this thread is MPI's only caller; the buffers live until the collective
         // completes (or are leaked if it does not).
-        let r = unsafe { run(&comms, seq, c, timeout) };
+        let r = unsafe { run(&comms, seq, c, timeout, &mut spare) };
         if let Err(e) = &r {
             broken = Some(e.to_string());
         }
@@ -220,7 +223,13 @@ fn count(op: &str, n: usize) -> Result<c_int> {
 /// Runs one collective in two phases: arrival messages to and from every peer, polled until
 /// every peer has arrived or the timeout passes (the error names the missing ranks); then
 /// the blocking MPI collective, which runs at MPI's full speed since every rank is in it.
-unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Result<CommBuffer> {
+unsafe fn run(
+    c: &Comms,
+    seq: u64,
+    coll: Collective,
+    timeout: Duration,
+    spare: &mut Option<CommBuffer>,
+) -> Result<CommBuffer> {
     let name = coll.name();
     let what = format!("{name} #{seq}");
     let fail = |code: c_int, call: &str| {
@@ -325,7 +334,10 @@ unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Resul
     // phase 2: the collective, every rank in it
     Ok(match coll {
         Collective::AllReduce(mut b, op) => {
-            let mut out = CommBuffer::zeros(b.dtype(), b.len(), name)?;
+            let mut out = match spare.take() {
+                Some(s) if s.dtype() == b.dtype() && s.len() == b.len() => s,
+                _ => CommBuffer::zeros(b.dtype(), b.len(), name)?,
+            };
             let (ty, sp, n) = raw(&mut b);
             let (_, rp, _) = raw(&mut out);
             let mop = match op {
@@ -340,6 +352,7 @@ unsafe fn run(c: &Comms, seq: u64, coll: Collective, timeout: Duration) -> Resul
             if op == ReduceOp::Avg {
                 out.divide(c.size);
             }
+            *spare = Some(b);
             out
         }
         Collective::Broadcast(mut b, root) => {
