@@ -111,3 +111,13 @@ def check(fn, *args, backward=False, dynamic=False, decompose=True, **tol):
 
 def call_nodes(gm):
     return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def seeded_randn(*shape, seed=0):
+    """Standard-normal floats of `shape` from a fixed seed."""
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def seeded_ints(*shape, lo=-3, hi=4, seed=0):
+    """Integers in [lo, hi) of `shape` from a fixed seed."""
+    return torch.randint(lo, hi, shape, generator=torch.Generator().manual_seed(seed))

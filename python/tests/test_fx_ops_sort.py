@@ -7,18 +7,12 @@ import pytest
 import torch
 
 from fx_harness import Unsupported, capture, check, translate
+from fx_harness import seeded_ints as _ints
+from fx_harness import seeded_randn as _rand
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 NAN, INF = float("nan"), float("inf")
-
-
-def _rand(*shape, seed=0):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
-
-
-def _ints(*shape, lo=-3, hi=4, seed=0):
-    return torch.randint(lo, hi, shape, generator=torch.Generator().manual_seed(seed))
 
 
 def _special(seed=0):
