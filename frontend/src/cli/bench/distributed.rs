@@ -107,14 +107,15 @@ pub fn bench_ddp(quick: bool, json: Option<&Path>) -> Result<(), BenchError> {
         .collect();
     let memcpy_gbs = bytes as f64 / median(copies) / 1e9;
 
-    // all-reduce of one bucket, the buffer handed back each time
-    g.barrier().map_err(dist)?;
+    // all-reduce (sum) of one bucket, the buffer handed back each time, the ranks starting
+    // together (a barrier before each, untimed)
     let mut buf = CommBuffer::F32(vec![1.0; n]);
     let mut times = Vec::new();
     for i in 0..runs + 2 {
+        g.barrier().map_err(dist)?;
         let t = Instant::now();
         buf = g
-            .all_reduce_buffer(buf, ReduceOp::Avg)
+            .all_reduce_buffer(buf, ReduceOp::Sum)
             .wait()
             .map_err(dist)?;
         if i >= 2 {
