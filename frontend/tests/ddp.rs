@@ -297,3 +297,37 @@ fn split_compiled_graphs_give_the_gradients_of_the_whole_graph() {
         "{text}"
     );
 }
+
+/// A backward that fails after some buckets started leaves DDP ready for the next one.
+#[test]
+fn a_failed_backward_does_not_poison_the_next() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let ddp = DistributedDataParallel::new(
+        Sequential::mlp(&[3, 4, 2], 5).unwrap(),
+        ProcessGroup::local(),
+        ddp_common::small_buckets(),
+    )
+    .unwrap();
+    let fail = Arc::new(AtomicBool::new(true));
+    let f = fail.clone();
+    // the first layer's weight is the last gradient to complete: the other bucket has
+    // started by the time its hook fails
+    ddp.module().parameters()[0]
+        .register_hook(move |_| {
+            if f.load(Ordering::SeqCst) {
+                Err(kiln::Error::Autograd("injected failure".into()))
+            } else {
+                Ok(None)
+            }
+        })
+        .unwrap();
+    let x = Tensor::randn(&[5, 3], DType::F32, 9).unwrap();
+    let loss = || ddp.forward(&x).unwrap().sum(&[0, 1], false).unwrap();
+    let e = loss().backward().unwrap_err().to_string();
+    assert!(e.contains("injected failure"), "{e}");
+    fail.store(false, Ordering::SeqCst);
+    ddp.module().zero_grad();
+    loss().backward().unwrap();
+    assert!(ddp.module().parameters().iter().all(|p| p.grad().is_some()));
+}

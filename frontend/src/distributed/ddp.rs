@@ -93,8 +93,6 @@ struct Iteration {
     /// the next bucket to start (buckets start in order on every rank)
     next: usize,
     callback_queued: bool,
-    /// the first error of a hook, reported by the final callback
-    failed: Option<crate::Error>,
 }
 
 impl<M: Module> DistributedDataParallel<M> {
@@ -250,8 +248,16 @@ impl Iteration {
             works: buckets.iter().map(|_| None).collect(),
             next: 0,
             callback_queued: false,
-            failed: None,
         }
+    }
+}
+
+/// Resets the reducer's iteration when dropped (after the final callback ran, or unrun).
+struct ResetOnDrop(Arc<Reducer>);
+
+impl Drop for ResetOnDrop {
+    fn drop(&mut self) {
+        *self.0.state.lock() = Iteration::new(&self.0.params, &self.0.buckets);
     }
 }
 
@@ -264,8 +270,10 @@ impl Reducer {
         let mut st = self.state.lock();
         if !st.callback_queued {
             st.callback_queued = true;
-            let r = self.clone();
-            queue_callback(move || r.finish())?;
+            // a backward that fails drops its callbacks unrun: the guard then resets the
+            // iteration, so the next backward starts clean
+            let guard = ResetOnDrop(self.clone());
+            queue_callback(move || guard.0.finish())?;
         }
         if st.ready[p] {
             return Err(dist_err(
@@ -316,9 +324,6 @@ impl Reducer {
     }
 
     fn finish_locked(&self, st: &mut Iteration) -> Result<()> {
-        if let Some(e) = st.failed.take() {
-            return Err(e);
-        }
         let unused: Vec<usize> = (0..self.params.len()).filter(|&p| !st.ready[p]).collect();
         if !unused.is_empty() && !self.find_unused {
             let names: Vec<&str> = unused.iter().map(|&p| self.names[p].as_str()).collect();

@@ -424,8 +424,7 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
             "steps_per_second": steps_per_second,
             "train_seconds": seconds,
             "options": o,
-            // with --compile: graphs compiled, graph breaks, and the first step (trace +
-            // compile + one step, included in steps_per_second); null without it
+            // with --ddp: the ranks and the bucket table; null without it
             "ddp": ddp.as_ref().map(|d| serde_json::json!({
                 "world_size": world,
                 "backend": d.group().backend_name(),
@@ -433,7 +432,10 @@ pub fn train(args: &TrainArgs) -> Result<(), CliError> {
                     "index": b.index, "bytes": b.bytes, "parameters": b.names,
                 })).collect::<Vec<_>>(),
             })),
+            // with --ddp --compile: the forward's graphs, one per bucket group
             "split_graphs": split.as_ref().map(|f| f.num_graphs()),
+            // with --compile: graphs compiled, graph breaks, and the first step (trace +
+            // compile + one step, included in steps_per_second); null without it
             "compile": compiled.as_ref().map(|f| {
                 let s = f.stats();
                 serde_json::json!({
