@@ -10,6 +10,16 @@ use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup, Reduc
 use kiln::nn::{Linear, Module, Sequential};
 use kiln::{DType, Tensor};
 
+/// `Sequential::mlp(sizes, seed)` under DDP on the world of size 1.
+fn local_ddp(sizes: &[usize], seed: u64, opts: DdpOptions) -> DistributedDataParallel<Sequential> {
+    DistributedDataParallel::new(
+        Sequential::mlp(sizes, seed).unwrap(),
+        ProcessGroup::local(),
+        opts,
+    )
+    .unwrap()
+}
+
 #[test]
 fn world_of_one_trains_exactly_as_without_ddp() {
     for case in cases() {
@@ -25,9 +35,7 @@ fn world_of_one_trains_exactly_as_without_ddp() {
 #[test]
 fn bucket_table_in_reverse_parameter_order() {
     // 0.weight 512x256 (512 KiB), 0.bias, 2.weight 1024x512 (2 MiB), 2.bias, 4.weight 8x1024
-    let m = Sequential::mlp(&[256, 512, 1024, 8], 1).unwrap();
-    let ddp =
-        DistributedDataParallel::new(m, ProcessGroup::local(), DdpOptions::default()).unwrap();
+    let ddp = local_ddp(&[256, 512, 1024, 8], 1, DdpOptions::default());
     let names: Vec<Vec<String>> = ddp.buckets().iter().map(|b| b.names.clone()).collect();
     assert_eq!(
         names,
@@ -55,13 +63,12 @@ fn bucket_table_in_reverse_parameter_order() {
     );
     // a 1048-byte cap: 4.bias (32 bytes) shares the first bucket with 4.weight, then one
     // bucket per parameter
-    let m = Sequential::mlp(&[256, 512, 1024, 8], 1).unwrap();
     let opts = DdpOptions {
         bucket_cap_mb: 0.001,
         first_bucket_mb: 0.001,
         ..DdpOptions::default()
     };
-    let ddp = DistributedDataParallel::new(m, ProcessGroup::local(), opts).unwrap();
+    let ddp = local_ddp(&[256, 512, 1024, 8], 1, opts);
     assert_eq!(ddp.buckets().len(), 5);
     assert_eq!(
         ddp.named_parameters()[0].0,
@@ -143,9 +150,7 @@ fn unused_parameters_are_an_error_unless_allowed() {
 
 #[test]
 fn no_sync_accumulates_and_the_next_backward_reduces() {
-    let m = Sequential::mlp(&[3, 4, 2], 5).unwrap();
-    let ddp =
-        DistributedDataParallel::new(m, ProcessGroup::local(), DdpOptions::default()).unwrap();
+    let ddp = local_ddp(&[3, 4, 2], 5, DdpOptions::default());
     let x = Tensor::randn(&[5, 3], DType::F32, 9).unwrap();
     let loss = || ddp.forward(&x).unwrap().sum(&[0, 1], false).unwrap();
     {
@@ -238,12 +243,7 @@ fn kiln_train_ddp_without_a_launcher() {
 fn split_compiled_graphs_give_the_gradients_of_the_whole_graph() {
     use kiln::nn::functional::{mse_loss, Reduction};
     use kiln::{compile, CompileOptions};
-    let ddp = DistributedDataParallel::new(
-        Sequential::mlp(&[8, 16, 4], 3).unwrap(),
-        ProcessGroup::local(),
-        ddp_common::small_buckets(),
-    )
-    .unwrap();
+    let ddp = local_ddp(&[8, 16, 4], 3, ddp_common::small_buckets());
     assert_eq!(ddp.buckets().len(), 2);
     let x = Tensor::randn(&[6, 8], DType::F32, 4).unwrap();
     let y = Tensor::randn(&[6, 4], DType::F32, 5).unwrap();
@@ -303,12 +303,7 @@ fn split_compiled_graphs_give_the_gradients_of_the_whole_graph() {
 fn a_failed_backward_does_not_poison_the_next() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let ddp = DistributedDataParallel::new(
-        Sequential::mlp(&[3, 4, 2], 5).unwrap(),
-        ProcessGroup::local(),
-        ddp_common::small_buckets(),
-    )
-    .unwrap();
+    let ddp = local_ddp(&[3, 4, 2], 5, ddp_common::small_buckets());
     let fail = Arc::new(AtomicBool::new(true));
     let f = fail.clone();
     // the first layer's weight is the last gradient to complete: the other bucket has

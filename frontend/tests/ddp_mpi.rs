@@ -17,32 +17,53 @@ fn worker() -> bool {
     std::env::var_os("KILN_DDP_WORKER").is_some()
 }
 
+/// True when `mpirun` runs here; otherwise says why the test does nothing.
+fn has_mpirun() -> bool {
+    let ok = Command::new("mpirun").arg("--version").output().is_ok();
+    if !ok {
+        println!("skipped: no mpirun on this machine (apt-get install openmpi-bin)");
+    }
+    ok
+}
+
+/// `program` as 2 MPI ranks (at most 120 s), allowed to run as root as CI does.
+fn mpirun2(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["120", "mpirun", "-np", "2", "--oversubscribe"])
+        .arg(program)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c
+}
+
+/// Stdout then stderr of a finished command.
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Runs test `name` of this binary as 2 MPI ranks; returns (success, output, seconds), or
 /// None (after saying why) when `mpirun` is missing.
 fn launch(name: &str, env: &[(&str, &str)]) -> Option<(bool, String, f64)> {
-    if Command::new("mpirun").arg("--version").output().is_err() {
-        println!("skipped: no mpirun on this machine (apt-get install openmpi-bin)");
+    if !has_mpirun() {
         return None;
     }
-    let exe = std::env::current_exe().unwrap();
     let start = Instant::now();
-    let out = Command::new("timeout")
-        .args(["120", "mpirun", "-np", "2", "--oversubscribe"])
-        .arg(exe)
+    let out = mpirun2(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env("KILN_DDP_WORKER", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("RAYON_NUM_THREADS", "1")
         .envs(env.iter().copied())
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some((out.status.success(), text, start.elapsed().as_secs_f64()))
+    Some((
+        out.status.success(),
+        text(&out),
+        start.elapsed().as_secs_f64(),
+    ))
 }
 
 /// 5 steps of N=2 ranks on their shards equal one process on the whole batch, for SGD
@@ -217,8 +238,7 @@ fn kiln_train_ddp_follows_one_process() {
     if worker() {
         return;
     }
-    if Command::new("mpirun").arg("--version").output().is_err() {
-        println!("skipped: no mpirun on this machine");
+    if !has_mpirun() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -256,23 +276,14 @@ fn kiln_train_ddp_follows_one_process() {
     assert!(st.status.success(), "{st:?}");
     for compile in [false, true] {
         let multi = dir.path().join(format!("ddp-{compile}.json"));
-        let mut cmd = Command::new("timeout");
-        cmd.args(["120", "mpirun", "-np", "2", "--oversubscribe", kiln])
-            .args(common)
-            .args(["--ddp", "--json"])
-            .arg(&multi)
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        let mut cmd = mpirun2(kiln);
+        cmd.args(common).args(["--ddp", "--json"]).arg(&multi);
         if compile {
             cmd.arg("--compile");
         }
         let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         assert_eq!(
             text.matches("training an MLP").count(),
             1,
@@ -300,27 +311,18 @@ fn kiln_bench_ddp_reports_on_rank_zero() {
     if worker() {
         return;
     }
-    if Command::new("mpirun").arg("--version").output().is_err() {
-        println!("skipped: no mpirun on this machine");
+    if !has_mpirun() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("ddp.json");
-    let out = Command::new("timeout")
-        .args(["120", "mpirun", "-np", "2", "--oversubscribe"])
-        .arg(env!("CARGO_BIN_EXE_kiln"))
+    let out = mpirun2(env!("CARGO_BIN_EXE_kiln"))
         .args(["bench", "--ddp", "--quick", "--json"])
         .arg(&json)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .output()
         .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(
         text.matches("distributed: 2 ranks (mpi)").count(),
         1,

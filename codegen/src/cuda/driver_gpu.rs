@@ -236,8 +236,9 @@ impl std::fmt::Debug for DriverGpu {
     }
 }
 
-/// The message of a caught panic.
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+/// The message of a caught panic (cudarc panics when a library it needs cannot be loaded;
+/// the NCCL backend of `kiln::distributed` reports these too).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {

@@ -7,6 +7,7 @@
 //! | --- | --- |
 //! | `group.rs` | [`ProcessGroup`]: rank, world size, `all_reduce`, `broadcast`, `all_gather`, `barrier`, asynchronous [`Work`] |
 //! | `buffer.rs` | [`CommBuffer`], the flat host data a collective moves, and its tensor conversions |
+//! | `comm_thread.rs` | the communication thread MPI and NCCL share: collectives in submission order, stopped when the group drops |
 //! | `local.rs` | the world of size 1 |
 //! | `mpi_backend.rs` | MPI: one communication thread, non-blocking collectives, timeouts that name the missing rank |
 //! | `bucket.rs` | DDP's bucket assignment (reverse parameter order, 1 MiB first bucket, 25 MiB after) |
@@ -17,6 +18,8 @@
 
 mod bucket;
 mod buffer;
+#[cfg(any(feature = "mpi", feature = "nccl"))]
+mod comm_thread;
 mod ddp;
 mod group;
 mod local;

@@ -13,37 +13,22 @@
 //! finalising, so the hung ranks are stopped too.
 
 use super::buffer::CommBuffer;
+use super::comm_thread::{CommThread, Job};
 use super::dist_err;
 use super::group::{Backend, Collective, ReduceOp};
 use crate::error::Result;
 use mpi::ffi;
 use std::os::raw::{c_int, c_void};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, Weak};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The tag of arrival messages on their own communicator.
 const ARRIVAL_TAG: c_int = 7;
 
-/// What the communication thread is asked to do.
-enum Job {
-    Run(Collective, Sender<Result<CommBuffer>>),
-    Shutdown,
-}
-
-/// MPI's world, served by the communication thread.
-pub(crate) struct Mpi {
-    rank: usize,
-    size: usize,
-    timeout: Duration,
-    jobs: Mutex<Sender<Job>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
 /// The live world (a second `ProcessGroup::mpi()` shares it), and whether MPI was
 /// finalised (it cannot be initialised again in this process).
-static WORLD: Mutex<(Option<Weak<Mpi>>, bool)> = Mutex::new((None, false));
+static WORLD: Mutex<(Option<Weak<CommThread>>, bool)> = Mutex::new((None, false));
 
 /// MPI's world: the live one, or a new communication thread that initialises MPI.
 pub(crate) fn world(timeout: Duration) -> Result<Arc<dyn Backend>> {
@@ -58,65 +43,12 @@ pub(crate) fn world(timeout: Duration) -> Result<Arc<dyn Backend>> {
              initialised twice in one process",
         ));
     }
-    let (jobs, rx) = channel();
-    let (ready_tx, ready_rx) = channel();
-    let thread = std::thread::Builder::new()
-        .name("kiln-mpi".into())
-        .spawn(move || serve(rx, ready_tx, timeout))
-        .map_err(|e| dist_err("init_process_group", e))?;
-    let (rank, size) = ready_rx
-        .recv()
-        .map_err(|_| dist_err("init_process_group", "the MPI thread stopped"))??;
+    let m = Arc::new(CommThread::spawn("mpi", timeout, move |jobs, ready| {
+        serve(jobs, ready, timeout)
+    })?);
     w.1 = true;
-    let m = Arc::new(Mpi {
-        rank,
-        size,
-        timeout,
-        jobs: Mutex::new(jobs),
-        thread: Mutex::new(Some(thread)),
-    });
     w.0 = Some(Arc::downgrade(&m));
     Ok(m)
-}
-
-impl Backend for Mpi {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    fn name(&self) -> &'static str {
-        "mpi"
-    }
-
-    fn submit(&self, c: Collective) -> Receiver<Result<CommBuffer>> {
-        let (tx, rx) = channel();
-        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(std::sync::mpsc::SendError(Job::Run(c, tx))) = jobs.send(Job::Run(c, tx)) {
-            let _ = tx.send(Err(dist_err(c.name(), "the MPI thread has stopped")));
-        }
-        rx
-    }
-
-    fn timeout(&self) -> Duration {
-        self.timeout
-    }
-}
-
-impl Drop for Mpi {
-    fn drop(&mut self) {
-        let _ = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(Job::Shutdown);
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// The communicators the thread uses: one for collectives, one for arrival messages (both

@@ -12,15 +12,16 @@
 //! messages.
 
 use super::buffer::CommBuffer;
+use super::comm_thread::{CommThread, Job};
 use super::dist_err;
 use super::group::{Backend, Collective, ReduceOp};
 use super::rendezvous::{Rendezvous, ID_BYTES};
 use crate::error::Result;
 use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::nccl::{Comm, Id, ReduceOp as NcclOp};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use kiln_codegen::cuda::driver_gpu::panic_message;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How an NCCL group starts (`init_process_group(backend="nccl", ...)`).
@@ -79,28 +80,6 @@ impl NcclInit {
             rendezvous,
         })
     }
-}
-
-/// What the communication thread is asked to do.
-enum Job {
-    Run(Collective, Sender<Result<CommBuffer>>),
-    Shutdown,
-}
-
-/// An NCCL group, served by its communication thread.
-pub(crate) struct Nccl {
-    rank: usize,
-    size: usize,
-    timeout: Duration,
-    jobs: Mutex<Sender<Job>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// Loads NCCL once: `KILN_NCCL` by absolute path first, then cudarc's lookup by name.
@@ -165,69 +144,18 @@ pub(crate) fn start(init: NcclInit, timeout: Duration) -> Result<Arc<dyn Backend
     let bytes: [u8; ID_BYTES] =
         init.rendezvous
             .exchange(init.rank, init.world_size, id, timeout)?;
-    let (jobs, rx) = channel();
-    let (ready_tx, ready_rx) = channel();
     let (rank, size, device) = (init.rank, init.world_size, init.device);
-    let thread = std::thread::Builder::new()
-        .name("kiln-nccl".into())
-        .spawn(move || serve(rx, ready_tx, rank, size, device, bytes))
-        .map_err(|e| dist_err("init_process_group", e))?;
-    ready_rx
-        .recv()
-        .map_err(|_| dist_err("init_process_group", "the NCCL thread stopped"))??;
-    Ok(Arc::new(Nccl {
-        rank,
-        size,
+    Ok(Arc::new(CommThread::spawn(
+        "nccl",
         timeout,
-        jobs: Mutex::new(jobs),
-        thread: Mutex::new(Some(thread)),
-    }))
-}
-
-impl Backend for Nccl {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn size(&self) -> usize {
-        self.size
-    }
-
-    fn name(&self) -> &'static str {
-        "nccl"
-    }
-
-    fn submit(&self, c: Collective) -> Receiver<Result<CommBuffer>> {
-        let (tx, rx) = channel();
-        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Err(std::sync::mpsc::SendError(Job::Run(c, tx))) = jobs.send(Job::Run(c, tx)) {
-            let _ = tx.send(Err(dist_err(c.name(), "the NCCL thread has stopped")));
-        }
-        rx
-    }
-
-    fn timeout(&self) -> Duration {
-        self.timeout
-    }
-}
-
-impl Drop for Nccl {
-    fn drop(&mut self) {
-        let _ = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .send(Job::Shutdown);
-        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = t.join();
-        }
-    }
+        move |jobs, ready| serve(jobs, ready, rank, size, device, bytes),
+    )?))
 }
 
 /// The communication thread: the device's stream and the communicator, then the jobs.
 fn serve(
     jobs: Receiver<Job>,
-    ready: Sender<Result<()>>,
+    ready: Sender<Result<(usize, usize)>>,
     rank: usize,
     size: usize,
     device: usize,
@@ -255,7 +183,7 @@ fn serve(
             return;
         }
     };
-    let _ = ready.send(Ok(()));
+    let _ = ready.send(Ok((rank, size)));
     for job in jobs {
         let (c, reply) = match job {
             Job::Run(c, reply) => (c, reply),
