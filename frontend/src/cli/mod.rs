@@ -211,3 +211,14 @@ pub fn read_module(file: &std::path::Path) -> Result<Vec<kiln::Graph>, CliError>
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     kiln::ir::text::parse_module(&text).map_err(|e| format!("{}:{e}", file.display()).into())
 }
+
+/// Serialises this binary's tests that allocate tensors. The allocator's counters are
+/// process-wide, and the bench tests read their peaks: a tensor another test holds or frees
+/// meanwhile moves the baseline (a concurrent test once freed enough between the baseline and
+/// the call to make a compiled peak read 0). Every test here that allocates tensors holds it.
+#[cfg(test)]
+pub(crate) fn tensor_test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // a failed test poisons the lock; the others still run, one at a time
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -152,6 +152,7 @@ mod tests {
 
     #[test]
     fn gemm_is_positive() {
+        let _serial = crate::cli::tensor_test_lock();
         let g = gemm(64, 2).unwrap();
         assert!(g.best_gflops.is_finite() && g.best_gflops > 0.0);
     }

@@ -699,6 +699,7 @@ mod tests {
 
     #[test]
     fn every_workload_has_a_quick_shape_that_builds() {
+        let _serial = crate::cli::tensor_test_lock();
         for name in models::NAMES {
             let shape = quick_shape(name).unwrap();
             assert!(models::build(name, Some(shape)).is_ok(), "{name}");
@@ -707,6 +708,7 @@ mod tests {
 
     #[test]
     fn a_failed_check_is_an_error_row_without_times() {
+        let _serial = crate::cli::tensor_test_lock();
         let model = models::build("softmax", Some(&[2, 4])).unwrap();
         let failure = Err(WorkloadError::Mismatch {
             output: 0,
@@ -732,6 +734,7 @@ mod tests {
 
     #[test]
     fn unknown_names_and_missing_backends_are_errors() {
+        let _serial = crate::cli::tensor_test_lock();
         let e = select(&["softmax".into(), "resnet".into()]).unwrap_err();
         let msg = e.to_string();
         assert!(

@@ -414,6 +414,7 @@ mod tests {
 
     #[test]
     fn the_cpu_backend_times_both_tiers_and_the_softmax_reference() {
+        let _serial = crate::cli::tensor_test_lock();
         let model = kiln::models::build("softmax", Some(&[5, 33])).unwrap();
         let inputs = model.example_inputs(0).unwrap();
         let other = kiln::models::build("reduce", Some(&[4, 8])).unwrap();
@@ -448,6 +449,7 @@ mod tests {
 
     #[test]
     fn a_workload_verifies() {
+        let _serial = crate::cli::tensor_test_lock();
         let model = kiln::models::build("softmax", Some(&[4, 8])).unwrap();
         let inputs = model.example_inputs(0).unwrap();
         let budget = Budget {

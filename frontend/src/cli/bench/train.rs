@@ -610,6 +610,7 @@ mod tests {
     /// which require grad, and the loss is a finite scalar whose backward reaches them all.
     #[test]
     fn quick_workloads_build_twice_alike_and_backward_reaches_every_parameter() {
+        let _serial = crate::cli::tensor_test_lock();
         for name in NAMES {
             let w = Workload::new(name, true).unwrap();
             assert_eq!(w.name(), *name);
@@ -643,6 +644,7 @@ mod tests {
     /// that count at least the optimiser's moments, and times for each side.
     #[test]
     fn eager_against_eager_verifies_and_measures() {
+        let _serial = crate::cli::tensor_test_lock();
         let w = Workload::new("train_mlp", true).unwrap();
         let inputs = w.inputs().unwrap();
         let (a, b) = (w.build().unwrap(), w.build().unwrap());
@@ -686,6 +688,7 @@ mod tests {
     /// an error naming the side, the step and the stage.
     #[test]
     fn mismatches_and_failures_are_errors() {
+        let _serial = crate::cli::tensor_test_lock();
         let w = Workload::new("train_mlp", true).unwrap();
         let inputs = w.inputs().unwrap();
         let (a, b) = (w.build().unwrap(), w.build().unwrap());
