@@ -446,3 +446,60 @@ fn big_products_of_strided_operands_match_a_naive_product() {
     let got = ex(Op::Linear, &[&a, &w, &bias]);
     assert_close(&got.to_f64_vec(), &want, tol, tol);
 }
+
+/// `matmul_into`'s epilogue runs once on every output row, after the row's product is final:
+/// one big matrix (its rows shared out among the threads), a batch of two, and a single row.
+#[test]
+fn matmul_into_epilogues_see_each_finished_row_once() {
+    for (sa, sb) in [
+        (vec![301usize, 64], vec![64usize, 130]),
+        (vec![2, 150, 48], vec![2, 48, 70]),
+        (vec![1, 64], vec![64, 5000]),
+    ] {
+        let a = randn(&sa, DType::F32, 41);
+        let b = randn(&sb, DType::F32, 42);
+        let (k, n) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+        let m = sa[sa.len() - 2];
+        let items = sa[..sa.len() - 2].iter().product::<usize>();
+        let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+        let bstride = if sb.len() > 2 { k * n } else { 0 };
+        let mut want = Vec::new();
+        for i in 0..items {
+            want.extend(naive_product(
+                &av[i * m * k..][..m * k],
+                &bv[i * bstride..][..k * n],
+                m,
+                k,
+                n,
+            ));
+        }
+        let mut out_shape = sa.clone();
+        *out_shape.last_mut().unwrap() = n;
+        let out = ex(
+            Op::Full {
+                shape: Shape::of(&out_shape),
+                value: Scalar::Float(f64::NAN),
+                dtype: DType::F32,
+            },
+            &[],
+        );
+        let seen = std::sync::Mutex::new(vec![0u32; items * m]);
+        let base = out.data_ptr() as usize;
+        let double = |r0: usize, nr: usize| {
+            for r in r0..r0 + nr {
+                seen.lock().unwrap()[r] += 1;
+                // SAFETY: row r of the contiguous output is this block's alone
+                let row =
+                    unsafe { std::slice::from_raw_parts_mut((base as *mut f32).add(r * n), n) };
+                row.iter_mut().for_each(|v| *v *= 2.0);
+            }
+        };
+        kiln_runtime::matmul_into(&a, &b, &out, Some(&double)).unwrap();
+        assert!(
+            seen.into_inner().unwrap().iter().all(|&c| c == 1),
+            "{sa:?} @ {sb:?}"
+        );
+        let twice: Vec<f64> = want.iter().map(|v| 2.0 * v).collect();
+        assert_close(&out.to_f64_vec(), &twice, 1e-4, 1e-4);
+    }
+}
