@@ -2706,6 +2706,8 @@ fn large_tensors(fusion: bool) {
     // matmuls with epilogues over many output rows (the epilogue runs per block of rows)
     for (i, (sa, sb)) in [
         (vec![300usize, 64], vec![64usize, 130]),
+        // rows enough for each thread to take a share (a gemm, then its rows' epilogue)
+        (vec![1031, 64], vec![64, 130]),
         (vec![4, 75, 32], vec![32, 130]),
         (vec![1, 64], vec![64, 40000]),
     ]

@@ -568,9 +568,12 @@ fn linear_float<T: GemmT>(x: &CpuTensor, w: &CpuTensor, bias: Option<&CpuTensor>
 /// `batch·m` rows of `n` elements. Blocks may run on several threads at once.
 pub type RowEpilogue<'a> = &'a (dyn Fn(usize, usize) + Sync);
 
-/// A thread's share of a matrix's rows is at least this many rows (below it, gemm's own
-/// threads split the columns instead).
-const MIN_ROWS_PER_THREAD: usize = 16;
+/// A thread's share of a matrix's rows is at least this many rows; below it, gemm's own
+/// threads share the work (and the packing of the right operand, which every single-threaded
+/// gemm on a share of the rows repeats). A/B in turns here: MiniLM (512 rows a thread)
+/// faster shared out, the mlp workload (128 rows a thread, a 1024×4096 right operand)
+/// slower, the block (512) within the noise.
+const MIN_ROWS_PER_THREAD: usize = 256;
 
 /// Rows per epilogue block: about 256 KiB of output, so a block stays in L2.
 fn rows_per_block(n: usize) -> usize {
@@ -707,8 +710,8 @@ pub fn matmul_into(
     } else if epilogue.is_some() && rows >= MIN_ROWS_PER_THREAD * threads.div_ceil(items) {
         // Few matrices with an epilogue: each thread takes a share of every item's rows, a
         // single-threaded gemm then the epilogue on the rows it just wrote, still in cache.
-        // MiniLM's FFN matmuls with their bias (and gelu) epilogue: 6-15% faster per kernel
-        // than gemm's own threads followed by a separate pass (KILN_PROFILE, A/B in turns)
+        // MiniLM's FFN and projection matmuls with their bias (and gelu) epilogue: 6-15%
+        // faster per kernel than gemm's own threads then a separate pass (KILN_PROFILE, A/B)
         let pieces = threads.div_ceil(items);
         let per = rows.div_ceil(pieces);
         (0..items * pieces).into_par_iter().for_each(|i| {
