@@ -710,7 +710,7 @@ pub fn matmul_into(
     } else if epilogue.is_some() && rows >= MIN_ROWS_PER_THREAD * threads.div_ceil(items) {
         // Few matrices with an epilogue: each thread takes a share of every item's rows, a
         // single-threaded gemm then the epilogue on the rows it just wrote, still in cache.
-        // MiniLM's FFN and projection matmuls with their bias (and gelu) epilogue: 6-15%
+        // MiniLM's FFN and projection matmuls with their bias (and gelu) epilogue: 2-15%
         // faster per kernel than gemm's own threads then a separate pass (KILN_PROFILE, A/B)
         let pieces = threads.div_ceil(items);
         let per = rows.div_ceil(pieces);
