@@ -699,20 +699,18 @@ pub fn matmul_into(
             }
         }
     };
+    // row shares per item: 1 when there are items enough for every thread
+    let pieces = threads.div_ceil(items.max(1));
     if !big || threads == 1 {
         for bi in 0..items {
             run_block(bi, 0, rows, Parallelism::None);
         }
-    } else if items >= threads {
-        (0..items)
-            .into_par_iter()
-            .for_each(|bi| run_block(bi, 0, rows, Parallelism::None));
-    } else if epilogue.is_some() && rows >= MIN_ROWS_PER_THREAD * threads.div_ceil(items) {
-        // Few matrices with an epilogue: each thread takes a share of every item's rows, a
-        // single-threaded gemm then the epilogue on the rows it just wrote, still in cache.
-        // MiniLM's FFN and projection matmuls with their bias (and gelu) epilogue: 2-15%
-        // faster per kernel than gemm's own threads then a separate pass (KILN_PROFILE, A/B)
-        let pieces = threads.div_ceil(items);
+    } else if pieces == 1 || (epilogue.is_some() && rows >= MIN_ROWS_PER_THREAD * pieces) {
+        // One single-threaded gemm (then its epilogue) per item when there are items enough
+        // for every thread; else each thread takes a share of every item's rows, so the
+        // epilogue runs on rows it just wrote, still in cache. MiniLM's FFN and projection
+        // matmuls with their bias (and gelu) epilogue: 2-15% faster per kernel so than
+        // gemm's own threads then a separate pass (KILN_PROFILE, A/B)
         let per = rows.div_ceil(pieces);
         (0..items * pieces).into_par_iter().for_each(|i| {
             let (bi, r0) = (i / pieces, (i % pieces) * per);
