@@ -130,6 +130,31 @@ fn in_place_update_of_a_captured_weight_is_seen() {
     assert!(cf.graphs()[0].to_string().contains("%p1: f32[4,4]"));
 }
 
+/// A Linear weight big enough that the compiled matmul keeps its row-major copy between
+/// calls (weight prepacking): every in-place update, an optimizer-like step included, is
+/// still seen by the next call, and calls between updates reuse the copy.
+#[test]
+fn in_place_updates_of_a_prepacked_linear_weight_are_seen() {
+    let w = randn(&[140, 128], 3);
+    let b = randn(&[140], 4);
+    let f = |x: &Tensor| x.linear(&w, Some(&b))?.relu();
+    let cf = compile(f);
+    let x = randn(&[300, 128], 5);
+    for step in 0..4 {
+        for _ in 0..3 {
+            assert_same(&cf.call(&x).unwrap(), &f(&x).unwrap());
+        }
+        if step % 2 == 0 {
+            w.mul_(-1.25).unwrap();
+        } else {
+            let g = randn(&[140, 128], 10 + step);
+            w.add_(&(&g * -0.1).unwrap()).unwrap();
+        }
+    }
+    assert_same(&cf.call(&x).unwrap(), &f(&x).unwrap());
+    assert_eq!(cf.stats().compiles, 1);
+}
+
 #[test]
 fn in_place_ops_inside_the_function_are_functional_or_run_eagerly_between_graphs() {
     // a view taken before an in-place update must see it, as in eager mode

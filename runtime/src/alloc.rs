@@ -270,8 +270,12 @@ fn system_alloc(class: usize, zeroed: bool) -> NonNull<u8> {
     handle_alloc_error(l)
 }
 
-/// Returns every cached (unused) block to the system. Live tensors are unaffected.
+/// Returns every cached (unused) block to the system, after dropping the copies of weights
+/// the compiled matmuls keep (they are made again when next needed). Live tensors are
+/// unaffected.
 pub fn empty_cache() {
+    // the compiled matmuls' kept copies of their weights go back to the pool first
+    crate::pack_cache::clear();
     let blocks: Vec<(usize, Vec<FreePtr>)> = {
         let mut pool = POOL.lock();
         let taken = std::mem::take(&mut pool.free);

@@ -63,6 +63,8 @@ pub struct Storage {
     dtype: DType,
     len: usize,
     version: AtomicU64,
+    /// the memory is borrowed from another library (whose writes kiln does not see)
+    foreign: bool,
 }
 
 impl std::fmt::Debug for Storage {
@@ -145,7 +147,9 @@ impl Storage {
         };
         // SAFETY: the caller's contract is the block's.
         let block = unsafe { Block::foreign(ptr, owner) };
-        Ok(Self::from_block(block, len, dtype))
+        let mut s = Self::from_block(block, len, dtype);
+        s.foreign = true;
+        Ok(s)
     }
 
     fn from_block(block: Block, len: usize, dtype: DType) -> Storage {
@@ -154,6 +158,7 @@ impl Storage {
             dtype,
             len,
             version: AtomicU64::new(0),
+            foreign: false,
         }
     }
 
@@ -175,6 +180,12 @@ impl Storage {
     /// The size in bytes (elements times the dtype's size).
     pub fn nbytes(&self) -> usize {
         self.len * self.dtype.size_bytes()
+    }
+
+    /// True when the memory is borrowed from another library ([`Storage::from_foreign`]):
+    /// that library's writes do not bump the version counter.
+    pub fn is_foreign(&self) -> bool {
+        self.foreign
     }
 
     /// The version counter: bumped by every in-place write (for autograd's checks).

@@ -505,3 +505,85 @@ fn matmul_into_epilogues_see_each_finished_row_once() {
         assert_close(&out.to_f64_vec(), &twice, 1e-4, 1e-4);
     }
 }
+
+/// `x @ wᵀ` through `matmul_into`, against the naive product of the values `w` holds now.
+fn linear_into(x: &CpuTensor, w: &CpuTensor) -> Vec<f64> {
+    let r = x.rank();
+    let (m, k, n) = (x.numel() / x.shape()[r - 1], x.shape()[r - 1], w.shape()[0]);
+    let wt = w.with_layout(&[k, n], &[1, k as isize], 0).unwrap();
+    let mut out_shape = x.shape().to_vec();
+    out_shape[r - 1] = n;
+    let out = ex(
+        Op::Full {
+            shape: Shape::of(&out_shape),
+            value: Scalar::Float(f64::NAN),
+            dtype: DType::F32,
+        },
+        &[],
+    );
+    kiln_runtime::matmul_into(x, &wt, &out, None).unwrap();
+    let got = out.to_f64_vec();
+    let want = naive_product(&x.to_f64_vec(), &wt.to_f64_vec(), m, k, n);
+    assert_close(&got, &want, 1e-4, 1e-4);
+    got
+}
+
+/// A transposed weight big enough to be copied row-major is copied once and the copy kept
+/// (weight prepacking); every call still sees the weight's current values: after an in-place
+/// write (which bumps the version), and for memory borrowed from another library, whose
+/// writes kiln cannot see (never kept). Both for one matrix and for a batch sharing the weight.
+#[test]
+fn matmul_into_kept_weight_copies_never_hide_a_write() {
+    // 300 rows reuse each weight element 300 times: past the copy threshold
+    let x = randn(&[300, 128], DType::F32, 51);
+    let w = randn(&[140, 128], DType::F32, 52);
+    let first = linear_into(&x, &w);
+    for _ in 0..3 {
+        assert_eq!(linear_into(&x, &w), first);
+    }
+    {
+        let mut g = w.storage().write::<f32>().unwrap();
+        g.iter_mut().for_each(|v| *v = -*v);
+    }
+    let negated = linear_into(&x, &w);
+    assert_eq!(negated[0], -first[0]);
+    for _ in 0..3 {
+        assert_eq!(linear_into(&x, &w), negated);
+    }
+
+    // a batch of matrices sharing the weight (3 × 100 rows: reused 300 times)
+    let x3 = randn(&[3, 100, 128], DType::F32, 53);
+    let batched = linear_into(&x3, &w);
+    for _ in 0..3 {
+        assert_eq!(linear_into(&x3, &w), batched);
+    }
+    w.storage().write::<f32>().unwrap()[0] += 1.0;
+    assert_ne!(linear_into(&x3, &w), batched);
+
+    // a weight in memory kiln borrows: written behind kiln's back between calls
+    let vals: Vec<f32> = w.to_vec::<f32>().unwrap();
+    let mut owned = vals.clone().into_boxed_slice();
+    let ptr = owned.as_mut_ptr();
+    struct Owner(#[allow(dead_code)] Box<[f32]>);
+    // SAFETY: the boxed slice lives in the owner as long as the storage; this test writes it
+    // only between calls, while no kernel reads it
+    let borrowed = unsafe {
+        CpuTensor::from_foreign(
+            ptr.cast(),
+            DType::F32,
+            vals.len(),
+            &[140, 128],
+            &[128, 1],
+            0,
+            Box::new(Owner(owned)),
+        )
+    }
+    .unwrap();
+    let start = linear_into(&x, &borrowed)[0];
+    for round in 0..4 {
+        // SAFETY: as above; nothing reads the storage now
+        unsafe { (0..vals.len()).for_each(|i| *ptr.add(i) = -*ptr.add(i)) };
+        let got = linear_into(&x, &borrowed);
+        assert_eq!(got[0], if round % 2 == 0 { -start } else { start });
+    }
+}
