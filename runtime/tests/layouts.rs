@@ -447,6 +447,18 @@ fn big_products_of_strided_operands_match_a_naive_product() {
     assert_close(&got.to_f64_vec(), &want, tol, tol);
 }
 
+/// An f32 output for `matmul_into` filled with NaN, so that an element it never writes shows.
+fn nan_output(shape: &[usize]) -> CpuTensor {
+    ex(
+        Op::Full {
+            shape: Shape::of(shape),
+            value: Scalar::Float(f64::NAN),
+            dtype: DType::F32,
+        },
+        &[],
+    )
+}
+
 /// `matmul_into`'s epilogue runs once on every output row, after the row's product is final:
 /// one big matrix (its rows shared out among the threads), a smaller one (gemm's threads,
 /// then the epilogue), a batch of two, and a single row.
@@ -477,14 +489,7 @@ fn matmul_into_epilogues_see_each_finished_row_once() {
         }
         let mut out_shape = sa.clone();
         *out_shape.last_mut().unwrap() = n;
-        let out = ex(
-            Op::Full {
-                shape: Shape::of(&out_shape),
-                value: Scalar::Float(f64::NAN),
-                dtype: DType::F32,
-            },
-            &[],
-        );
+        let out = nan_output(&out_shape);
         let seen = std::sync::Mutex::new(vec![0u32; items * m]);
         let base = out.data_ptr() as usize;
         let double = |r0: usize, nr: usize| {
@@ -513,14 +518,7 @@ fn linear_into(x: &CpuTensor, w: &CpuTensor) -> Vec<f64> {
     let wt = w.with_layout(&[k, n], &[1, k as isize], 0).unwrap();
     let mut out_shape = x.shape().to_vec();
     out_shape[r - 1] = n;
-    let out = ex(
-        Op::Full {
-            shape: Shape::of(&out_shape),
-            value: Scalar::Float(f64::NAN),
-            dtype: DType::F32,
-        },
-        &[],
-    );
+    let out = nan_output(&out_shape);
     kiln_runtime::matmul_into(x, &wt, &out, None).unwrap();
     let got = out.to_f64_vec();
     let want = naive_product(&x.to_f64_vec(), &wt.to_f64_vec(), m, k, n);
