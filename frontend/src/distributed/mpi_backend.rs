@@ -58,6 +58,44 @@ struct Comms {
     arrive: ffi::MPI_Comm,
     rank: usize,
     size: usize,
+    /// The library's `MPI_IN_PLACE`, where it is known (see [`in_place_marker`]).
+    in_place: Option<*mut c_void>,
+}
+
+/// `MPI_IN_PLACE` of the MPI library this process runs on, from its version string: the
+/// `mpi` crate does not export the constant, and it differs between the two ABI families
+/// (`(void *) 1` in Open MPI's mpi.h, `(void *) -1` in MPICH's and its derivatives').
+/// `None` for a library of neither family: all-reduces then use a separate output buffer.
+///
+/// In place, an all-reduce took 26-37% less time than into a separate buffer here (Open MPI
+/// 4.1.4, 2 ranks, 25 MiB f32, a C loop of 30 calls: medians 10.2-11.2 ms against
+/// 14.1-16.9, whichever algorithm Open MPI's tuned component was told to use), and `kiln
+/// bench --ddp`'s all-reduce row went from 32-34% to 41-49% of a memory copy.
+fn in_place_marker(library_version: &str) -> Option<*mut c_void> {
+    if library_version.starts_with("Open MPI") {
+        Some(std::ptr::without_provenance_mut(1))
+    } else if ["MPICH", "Intel(R) MPI", "MVAPICH"]
+        .iter()
+        .any(|family| library_version.starts_with(family))
+    {
+        Some(std::ptr::without_provenance_mut(usize::MAX))
+    } else {
+        None
+    }
+}
+
+/// `MPI_Get_library_version`'s string (empty if it fails).
+///
+/// # Safety
+/// MPI is initialised.
+unsafe fn library_version() -> String {
+    let mut buf = vec![0u8; ffi::RSMPI_MAX_LIBRARY_VERSION_STRING as usize + 1];
+    let mut len: c_int = 0;
+    if ffi::MPI_Get_library_version(buf.as_mut_ptr().cast(), &mut len) != 0 {
+        return String::new();
+    }
+    buf.truncate((len.max(0) as usize).min(buf.len()));
+    String::from_utf8_lossy(&buf).trim_start().to_string()
 }
 
 /// The communication thread: initialises MPI, reports (rank, size), runs jobs in order,
@@ -95,13 +133,14 @@ fn serve(jobs: Receiver<Job>, ready: Sender<Result<(usize, usize)>>, timeout: Du
             arrive,
             rank: rank as usize,
             size: size as usize,
+            in_place: in_place_marker(&library_version()),
         }
     };
     let _ = ready.send(Ok((comms.rank, comms.size)));
     let mut broken: Option<String> = None;
     let mut seq = 0u64;
-    // the last all-reduce's input, reused as the next one's output when it fits (a fresh
-    // 25 MiB buffer costs thousands of page faults on first touch)
+    // without MPI_IN_PLACE: the last all-reduce's input, reused as the next one's output
+    // when it fits (a fresh 25 MiB buffer costs thousands of page faults on first touch)
     let mut spare: Option<CommBuffer> = None;
     for job in jobs {
         let (c, reply) = match job {
@@ -266,17 +305,28 @@ unsafe fn run(
     // phase 2: the collective, every rank in it
     Ok(match coll {
         Collective::AllReduce(mut b, op) => {
+            let mop = match op {
+                ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
+                ReduceOp::Max => ffi::RSMPI_MAX,
+                ReduceOp::Min => ffi::RSMPI_MIN,
+            };
+            if let Some(in_place) = c.in_place {
+                let (ty, p, n) = raw(&mut b);
+                fail(
+                    ffi::MPI_Allreduce(in_place, p, count(&what, n)?, ty, mop, c.coll),
+                    "MPI_Allreduce",
+                )?;
+                if op == ReduceOp::Avg {
+                    b.divide(c.size);
+                }
+                return Ok(b);
+            }
             let mut out = match spare.take() {
                 Some(s) if s.dtype() == b.dtype() && s.len() == b.len() => s,
                 _ => CommBuffer::zeros(b.dtype(), b.len(), name)?,
             };
             let (ty, sp, n) = raw(&mut b);
             let (_, rp, _) = raw(&mut out);
-            let mop = match op {
-                ReduceOp::Sum | ReduceOp::Avg => ffi::RSMPI_SUM,
-                ReduceOp::Max => ffi::RSMPI_MAX,
-                ReduceOp::Min => ffi::RSMPI_MIN,
-            };
             fail(
                 ffi::MPI_Allreduce(sp, rp, count(&what, n)?, ty, mop, c.coll),
                 "MPI_Allreduce",
@@ -311,4 +361,28 @@ unsafe fn run(
             CommBuffer::I64(Vec::new())
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_place_marker;
+
+    #[test]
+    fn mpi_in_place_is_the_value_of_the_library_family_or_none() {
+        let open_mpi = "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4";
+        assert_eq!(
+            in_place_marker(open_mpi),
+            Some(std::ptr::without_provenance_mut(1))
+        );
+        assert_eq!(
+            in_place_marker("MPICH Version:\t4.0.2\nMPICH Release date: ..."),
+            Some(std::ptr::without_provenance_mut(usize::MAX))
+        );
+        assert_eq!(
+            in_place_marker("Intel(R) MPI Library 2021.10"),
+            Some(std::ptr::without_provenance_mut(usize::MAX))
+        );
+        assert_eq!(in_place_marker("Some Other MPI 1.0"), None);
+        assert_eq!(in_place_marker(""), None);
+    }
 }
