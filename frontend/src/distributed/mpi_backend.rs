@@ -310,32 +310,34 @@ unsafe fn run(
                 ReduceOp::Max => ffi::RSMPI_MAX,
                 ReduceOp::Min => ffi::RSMPI_MIN,
             };
-            if let Some(in_place) = c.in_place {
-                let (ty, p, n) = raw(&mut b);
-                fail(
-                    ffi::MPI_Allreduce(in_place, p, count(&what, n)?, ty, mop, c.coll),
-                    "MPI_Allreduce",
-                )?;
-                if op == ReduceOp::Avg {
-                    b.divide(c.size);
+            // in place, or into a separate buffer (the spare) where MPI_IN_PLACE is unknown
+            let (ty, bp, n) = raw(&mut b);
+            let mut out = None;
+            let (send, recv) = match c.in_place {
+                Some(in_place) => (in_place, bp),
+                None => {
+                    let o = out.insert(match spare.take() {
+                        Some(s) if s.dtype() == b.dtype() && s.len() == b.len() => s,
+                        _ => CommBuffer::zeros(b.dtype(), b.len(), name)?,
+                    });
+                    (bp, raw(o).1)
                 }
-                return Ok(b);
-            }
-            let mut out = match spare.take() {
-                Some(s) if s.dtype() == b.dtype() && s.len() == b.len() => s,
-                _ => CommBuffer::zeros(b.dtype(), b.len(), name)?,
             };
-            let (ty, sp, n) = raw(&mut b);
-            let (_, rp, _) = raw(&mut out);
             fail(
-                ffi::MPI_Allreduce(sp, rp, count(&what, n)?, ty, mop, c.coll),
+                ffi::MPI_Allreduce(send, recv, count(&what, n)?, ty, mop, c.coll),
                 "MPI_Allreduce",
             )?;
+            let mut result = match out {
+                Some(o) => {
+                    *spare = Some(b);
+                    o
+                }
+                None => b,
+            };
             if op == ReduceOp::Avg {
-                out.divide(c.size);
+                result.divide(c.size);
             }
-            *spare = Some(b);
-            out
+            result
         }
         Collective::Broadcast(mut b, root) => {
             let (ty, p, n) = raw(&mut b);
