@@ -869,37 +869,38 @@ static inline kf kf_from_mask(ki m) { return (kf)(m & ki_splat(0x3f800000)); }
 static inline ki kf_isnan(kf x) { return x != x; }
 static inline ki kf_isinf(kf x) { return kiln_abs(x) == kf_splat(INFINITY); }
 
-#if defined(__AVX512F__) && KILN_W == 16
-#include <immintrin.h>
-static inline kd kd_widen(kf x) {
-    __m512 v = (__m512)x;
-    __m256 h = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    kd r = { (kh)_mm512_cvtps_pd(_mm512_castps512_ps256(v)), (kh)_mm512_cvtps_pd(h) }; return r;
-}
-static inline kf kd_narrow(kd x) {
-    __m256 a = _mm512_cvtpd_ps((__m512d)x.lo), b = _mm512_cvtpd_ps((__m512d)x.hi);
-    return (kf)_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1);
-}
-#elif defined(__AVX__) && KILN_W == 8
-#include <immintrin.h>
-static inline kd kd_widen(kf x) {
-    __m256 v = (__m256)x;
-    kd r = { (kh)_mm256_cvtps_pd(_mm256_castps256_ps128(v)), (kh)_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)) }; return r;
-}
-static inline kf kd_narrow(kd x) {
-    __m128 a = _mm256_cvtpd_ps((__m256d)x.lo), b = _mm256_cvtpd_ps((__m256d)x.hi);
-    return (kf)_mm256_insertf128_ps(_mm256_castps128_ps256(a), b, 1);
-}
+/* f32 <-> f64 by halves. GCC lowers __builtin_convertvector between 8 floats and 8 doubles
+ * through 256-bit pieces, so on GCC with AVX-512 or AVX these are the target's own conversion
+ * builtins (what immintrin.h's _mm512_cvtps_pd and friends call: one vcvtps2pd / vcvtpd2ps
+ * a half; the header itself is not included, as parsing it took ~0.1-0.2 s of every compile);
+ * Clang lowers __builtin_convertvector to the same instructions. */
+#if defined(__AVX512F__) && KILN_W == 16 && defined(__GNUC__) && !defined(__clang__)
+#define KD_WIDEN_HALF(h) __builtin_ia32_cvtps2pd512_mask((h), (kh){0}, (unsigned char)-1, 4)
+#define KD_NARROW_HALF(d) __builtin_ia32_cvtpd2ps512_mask((d), (kfh){0}, (unsigned char)-1, 4)
+#elif defined(__AVX__) && KILN_W == 8 && defined(__GNUC__) && !defined(__clang__)
+#define KD_WIDEN_HALF(h) __builtin_ia32_cvtps2pd256(h)
+#define KD_NARROW_HALF(d) __builtin_ia32_cvtpd2ps256(d)
 #else
+#define KD_WIDEN_HALF(h) __builtin_convertvector((h), kh)
+#define KD_NARROW_HALF(d) __builtin_convertvector((d), kfh)
+#endif
 static inline kd kd_widen(kf x) {
     kfh a, b; memcpy(&a, &x, sizeof a); memcpy(&b, (const char *)&x + sizeof a, sizeof b);
-    kd r = { __builtin_convertvector(a, kh), __builtin_convertvector(b, kh) }; return r;
+    kd r = { KD_WIDEN_HALF(a), KD_WIDEN_HALF(b) }; return r;
 }
 static inline kf kd_narrow(kd x) {
-    kfh a = __builtin_convertvector(x.lo, kfh), b = __builtin_convertvector(x.hi, kfh);
+    kfh a = KD_NARROW_HALF(x.lo), b = KD_NARROW_HALF(x.hi);
+#if KILN__HAS_BUILTIN(__builtin_shufflevector) && KILN_W == 16
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif KILN__HAS_BUILTIN(__builtin_shufflevector) && KILN_W == 8
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7);
+#elif KILN__HAS_BUILTIN(__builtin_shufflevector) && KILN_W == 4
+    return __builtin_shufflevector(a, b, 0, 1, 2, 3);
+#else
+    /* (through memory: GCC before 12 has no __builtin_shufflevector) */
     kf r; memcpy(&r, &a, sizeof a); memcpy((char *)&r + sizeof a, &b, sizeof b); return r;
-}
 #endif
+}
 static inline ki kd_mask(khl lo, khl hi) {
     kih a = __builtin_convertvector(lo, kih), b = __builtin_convertvector(hi, kih);
     ki r; memcpy(&r, &a, sizeof a); memcpy((char *)&r + sizeof a, &b, sizeof b); return r;
