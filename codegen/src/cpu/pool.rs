@@ -15,86 +15,20 @@
 //! instead of 6.7).
 //!
 //! The job protocol (publishing, claiming, finishing, sleeping and waking) is model-checked
-//! with loom: `cargo test -p kiln-codegen --features loom --lib cpu::pool::loom_tests`
-//! explores every interleaving of a caller and a worker (ThreadSanitizer needs a nightly
-//! toolchain this project does not have). Under that feature the atomics, the lock and the
-//! condition variable are loom's ([`sync`]) and workers skip the timed spin before sleeping.
-// (that build leaves the spin's constants, clock and affinity code unused)
-#![cfg_attr(feature = "loom", allow(dead_code, unused_imports))]
+//! with loom by `codegen/tests/pool_loom.rs`, which compiles this file again with loom's
+//! atomics, lock and condition variable in place of [`super::pool_sync`]'s (so the file uses
+//! nothing else of the crate, and its unit tests live in `pool_tests.rs`): it explores every
+//! interleaving of a caller and a worker (ThreadSanitizer needs a nightly toolchain this
+//! project does not have). Under the model, workers skip the timed spin before sleeping.
 
+use super::pool_sync as sync;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use sync::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Sleep};
 
-/// The pool's synchronisation primitives: std's atomics and parking_lot's lock, or loom's
-/// under the `loom` feature (for the model tests only).
-mod sync {
-    #[cfg(not(feature = "loom"))]
-    pub(super) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
-
-    #[cfg(feature = "loom")]
-    pub(super) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
-
-    /// Where idle workers sleep until `ready` holds.
-    #[cfg(not(feature = "loom"))]
-    #[derive(Default)]
-    pub(super) struct Sleep {
-        lock: parking_lot::Mutex<()>,
-        wake: parking_lot::Condvar,
-    }
-
-    #[cfg(not(feature = "loom"))]
-    impl Sleep {
-        /// Blocks until `ready()` (checked under the lock, first before any wait).
-        pub(super) fn until(&self, mut ready: impl FnMut() -> bool) {
-            let mut guard = self.lock.lock();
-            while !ready() {
-                self.wake.wait(&mut guard);
-            }
-        }
-
-        /// Wakes every sleeper (under the lock, so none is between its check and its wait).
-        pub(super) fn wake_all(&self) {
-            let _guard = self.lock.lock();
-            self.wake.notify_all();
-        }
-    }
-
-    /// Where idle workers sleep until `ready` holds.
-    #[cfg(feature = "loom")]
-    #[derive(Default)]
-    pub(super) struct Sleep {
-        lock: loom::sync::Mutex<()>,
-        wake: loom::sync::Condvar,
-    }
-
-    #[cfg(feature = "loom")]
-    impl Sleep {
-        pub(super) fn until(&self, mut ready: impl FnMut() -> bool) {
-            let mut guard = self.lock.lock().unwrap();
-            while !ready() {
-                guard = self.wake.wait(guard).unwrap();
-            }
-        }
-
-        pub(super) fn wake_all(&self) {
-            let _guard = self.lock.lock().unwrap();
-            self.wake.notify_all();
-        }
-    }
-
-    /// A pause in a spin loop (a yield to the model under loom).
-    pub(super) fn spin_loop() {
-        #[cfg(not(feature = "loom"))]
-        std::hint::spin_loop();
-        #[cfg(feature = "loom")]
-        loom::thread::yield_now();
-    }
-}
-
 /// How long an idle worker waits for the next job, spinning, before it sleeps.
-const SPIN: Duration = Duration::from_micros(200);
+pub(super) const SPIN: Duration = Duration::from_micros(200);
 /// Spins between two looks at the clock (and a `yield_now`, so that a spinning worker gives
 /// its core to any other runnable thread).
 const SPINS_PER_CHECK: u32 = 256;
@@ -106,7 +40,7 @@ type Job<'a> = dyn Fn(usize) + Sync + 'a;
 /// next unclaimed chunk (low 32); `count` packs the sequence number and the chunk count.
 /// Packing the sequence with the counters makes a late worker's claim on a finished job fail
 /// instead of taking a chunk of the next one.
-struct Shared {
+pub(super) struct Shared {
     claim: AtomicU64,
     count: AtomicU64,
     /// chunks of the current job finished
@@ -116,7 +50,7 @@ struct Shared {
     /// held by the thread whose job is running
     busy: AtomicBool,
     /// workers sleeping (or about to) on `wake`
-    sleepers: AtomicUsize,
+    pub(super) sleepers: AtomicUsize,
     /// the CPU the last job's caller ran on (see `wait_for_job`)
     caller_cpu: AtomicUsize,
     /// where idle workers sleep
@@ -124,8 +58,8 @@ struct Shared {
 }
 
 /// The pool: `workers` threads besides the callers.
-struct Pool {
-    shared: &'static Shared,
+pub(super) struct Pool {
+    pub(super) shared: &'static Shared,
     workers: usize,
     /// the sequence number of the last job (used under `busy`)
     seq: AtomicU64,
@@ -134,7 +68,8 @@ struct Pool {
 const LOW: u64 = 0xffff_ffff;
 
 impl Shared {
-    fn new() -> Shared {
+    /// A pool state with no job yet (sequence number 0).
+    pub(super) fn new() -> Shared {
         Shared {
             claim: AtomicU64::new(0),
             count: AtomicU64::new(0),
@@ -169,7 +104,7 @@ impl Shared {
     }
 
     /// Runs chunks of job `seq` until none is left.
-    fn work(&self, seq: u64) {
+    pub(super) fn work(&self, seq: u64) {
         while let Some(i) = self.claim(seq) {
             // SAFETY: a chunk of job `seq` was claimed and is not finished, so its caller is
             // still waiting in `Pool::run` and the `&Job` it published is alive; the pointer
@@ -196,14 +131,13 @@ impl Shared {
 
     /// Waits until a job newer than `last` is published; returns its sequence number.
     /// `affinity` is the worker's initial one (see the CPU check inside).
-    fn wait_for_job(&self, last: u64, affinity: &Affinity) -> u64 {
-        #[cfg(not(feature = "loom"))]
-        if let Some(seq) = self.spin_for_job(last, affinity) {
-            // found while spinning: the hot path, no lock and no sleeper count
-            return seq;
+    pub(super) fn wait_for_job(&self, last: u64, affinity: &Affinity) -> u64 {
+        if !sync::MODEL_CHECKED {
+            if let Some(seq) = self.spin_for_job(last, affinity) {
+                // found while spinning: the hot path, no lock and no sleeper count
+                return seq;
+            }
         }
-        #[cfg(feature = "loom")]
-        let _ = affinity;
         self.sleepers.fetch_add(1, Ordering::AcqRel);
         let mut seq = last;
         self.sleep.until(|| {
@@ -216,7 +150,6 @@ impl Shared {
 
     /// Spins for [`SPIN`] or until a job newer than `last` is published: returns that
     /// job's sequence number, or `None` when the spin ran out and the caller must sleep.
-    #[cfg(not(feature = "loom"))]
     fn spin_for_job(&self, last: u64, affinity: &Affinity) -> Option<u64> {
         let start = Instant::now();
         let mut spins = 0u32;
@@ -246,7 +179,7 @@ impl Shared {
 
     /// Publishes job `seq` (`chunks` calls of `f`), works on it, and returns when every
     /// chunk has finished. The caller holds `busy`.
-    fn run_job(&self, seq: u64, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+    pub(super) fn run_job(&self, seq: u64, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
         self.caller_cpu.store(current_cpu(), Ordering::Relaxed);
         let job: &Job = f;
         self.job
@@ -272,7 +205,8 @@ impl Shared {
 }
 
 impl Pool {
-    fn get() -> &'static Pool {
+    /// The process's pool, its workers started on first use.
+    pub(super) fn get() -> &'static Pool {
         static POOL: OnceLock<Pool> = OnceLock::new();
         POOL.get_or_init(|| {
             let shared: &'static Shared = Box::leak(Box::new(Shared::new()));
@@ -311,12 +245,12 @@ fn current_cpu() -> usize {
 
 /// The CPUs a worker may run on, as it inherited them at its start.
 #[cfg(target_os = "linux")]
-struct Affinity(Option<libc::cpu_set_t>);
+pub(super) struct Affinity(Option<libc::cpu_set_t>);
 
 #[cfg(target_os = "linux")]
 impl Affinity {
     /// The calling thread's affinity (`None` inside when it cannot be read).
-    fn current() -> Affinity {
+    pub(super) fn current() -> Affinity {
         // SAFETY: a zeroed cpu_set_t is a valid empty set, filled by the call for the
         // calling thread (pid 0).
         unsafe {
@@ -345,11 +279,11 @@ impl Affinity {
 }
 
 #[cfg(not(target_os = "linux"))]
-struct Affinity;
+pub(super) struct Affinity;
 
 #[cfg(not(target_os = "linux"))]
 impl Affinity {
-    fn current() -> Affinity {
+    pub(super) fn current() -> Affinity {
         Affinity
     }
     fn avoid(&self, _: usize) {}
@@ -407,179 +341,5 @@ struct AbortOnPanic;
 impl Drop for AbortOnPanic {
     fn drop(&mut self) {
         std::process::abort();
-    }
-}
-
-#[cfg(all(test, not(feature = "loom")))]
-mod tests {
-    use super::*;
-    use parking_lot::Mutex;
-
-    #[test]
-    fn every_chunk_runs_once() {
-        for chunks in [0, 1, 2, 3, 7, 64, 1000] {
-            let hits: Vec<AtomicUsize> = (0..chunks).map(|_| AtomicUsize::new(0)).collect();
-            run(chunks, Wake::Sleepers, &|i| {
-                hits[i].fetch_add(1, Ordering::Relaxed);
-            });
-            assert!(
-                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
-                "{chunks}"
-            );
-        }
-    }
-
-    #[test]
-    fn concurrent_callers_and_sleeping_workers_lose_no_chunk() {
-        let _serial = TIMING.lock();
-        let total = AtomicUsize::new(0);
-        std::thread::scope(|sc| {
-            for t in 0..4 {
-                let total = &total;
-                sc.spawn(move || {
-                    for round in 0..200 {
-                        if round % 50 == 0 {
-                            // let the workers fall asleep now and then
-                            std::thread::sleep(SPIN * 2);
-                        }
-                        let n = 1 + (round + t) % 9;
-                        run(n, Wake::Sleepers, &|_| {
-                            total.fetch_add(1, Ordering::Relaxed);
-                        });
-                    }
-                });
-            }
-        });
-        let expected: usize = (0..4)
-            .map(|t| (0..200).map(|r| 1 + (r + t) % 9).sum::<usize>())
-            .sum();
-        assert_eq!(total.load(Ordering::Relaxed), expected);
-    }
-
-    /// Serialises the tests that time the pool (a busy pool runs a caller's chunks serially).
-    static TIMING: Mutex<()> = Mutex::new(());
-
-    #[test]
-    fn a_worker_takes_part() {
-        if threads() < 2 {
-            return;
-        }
-        let _serial = TIMING.lock();
-        // whichever thread runs one chunk waits (a while) for the other chunk to start,
-        // which only another thread can do; another crate test's job holding the pool makes
-        // an attempt run serially, so a few are allowed
-        let two_threads = (0..20).any(|_| {
-            let started = [AtomicBool::new(false), AtomicBool::new(false)];
-            let ids = Mutex::new(Vec::new());
-            run(2, Wake::Sleepers, &|i| {
-                started[i].store(true, Ordering::SeqCst);
-                ids.lock().push(std::thread::current().id());
-                let t = Instant::now();
-                while !started[1 - i].load(Ordering::SeqCst)
-                    && t.elapsed() < Duration::from_millis(250)
-                {
-                    std::hint::spin_loop();
-                }
-            });
-            let ids = ids.into_inner();
-            ids.len() == 2 && ids[0] != ids[1]
-        });
-        assert!(two_threads, "no job ran on two threads");
-    }
-
-    #[test]
-    fn a_job_that_may_not_wake_runs_on_its_caller_while_the_workers_sleep() {
-        if threads() < 2 {
-            return;
-        }
-        let _serial = TIMING.lock();
-        let s = Pool::get().shared;
-        // the workers fall asleep after SPIN without jobs (another crate test's job may
-        // keep one awake: a few attempts are allowed)
-        let alone = (0..200).any(|_| {
-            std::thread::sleep(SPIN * 3);
-            if s.sleepers.load(Ordering::Acquire) == 0 {
-                return false;
-            }
-            let me = std::thread::current().id();
-            let ids = Mutex::new(Vec::new());
-            run(8, Wake::SpinningOnly, &|_| {
-                ids.lock().push(std::thread::current().id())
-            });
-            let ids = ids.into_inner();
-            ids.len() == 8 && ids.iter().all(|i| *i == me)
-        });
-        assert!(alone, "a job woke a sleeping worker or lost a chunk");
-    }
-
-    #[test]
-    fn threads_counts_the_caller() {
-        assert!(threads() >= 1);
-        assert_eq!(threads(), rayon::current_num_threads().max(1));
-    }
-}
-
-/// Model checks of the job protocol with loom: every interleaving (to a preemption bound) of
-/// a caller publishing jobs and a worker that may be asleep, awake or late.
-#[cfg(all(test, feature = "loom"))]
-mod loom_tests {
-    use super::*;
-    use loom::sync::Arc;
-
-    /// A worker that takes part in jobs until it has seen job `until`.
-    fn worker(s: Arc<Shared>, until: u64) -> loom::thread::JoinHandle<()> {
-        loom::thread::spawn(move || {
-            let affinity = Affinity::current();
-            let mut last = 0;
-            while last != until {
-                let seq = s.wait_for_job(last, &affinity);
-                s.work(seq);
-                last = seq;
-            }
-        })
-    }
-
-    fn model(f: impl Fn() + Sync + Send + 'static) {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(3);
-        b.check(f);
-    }
-
-    #[test]
-    fn every_chunk_runs_once_and_the_caller_returns_after_all() {
-        model(|| {
-            let s = Arc::new(Shared::new());
-            let w = worker(s.clone(), 1);
-            let hits = [AtomicUsize::new(0), AtomicUsize::new(0)];
-            s.run_job(1, 2, &|i| {
-                hits[i].fetch_add(1, Ordering::Relaxed);
-            });
-            // run_job returned: every chunk has finished, exactly once
-            for h in &hits {
-                assert_eq!(h.load(Ordering::Relaxed), 1);
-            }
-            // and the worker was woken (or never slept): the join would deadlock otherwise
-            w.join().unwrap();
-        });
-    }
-
-    #[test]
-    fn a_late_worker_takes_no_chunk_of_the_next_job() {
-        model(|| {
-            let s = Arc::new(Shared::new());
-            let w = worker(s.clone(), 2);
-            let first = [AtomicUsize::new(0), AtomicUsize::new(0)];
-            s.run_job(1, 2, &|i| {
-                first[i].fetch_add(1, Ordering::Relaxed);
-            });
-            let second = [AtomicUsize::new(0), AtomicUsize::new(0)];
-            s.run_job(2, 2, &|i| {
-                second[i].fetch_add(1, Ordering::Relaxed);
-            });
-            for h in first.iter().chain(&second) {
-                assert_eq!(h.load(Ordering::Relaxed), 1);
-            }
-            w.join().unwrap();
-        });
     }
 }
