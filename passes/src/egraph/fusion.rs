@@ -13,6 +13,7 @@
 //! | row reduction → pointwise | G's shape is the row shape (softmax's `x - max`) | row |
 //! | pointwise / row / row reduction → row, row → pointwise / row reduction | same row shape | row |
 //! | matmul → pointwise | G's shape is the product's shape (bias, activation, residual) | matmul |
+//! | matmul → row / row reduction | G iterates over the product's shape (softmax, layernorm); then pointwise over the reduced shape joins too | matmul |
 //!
 //! A *row reduction* reduces only the last dim with `keepdim`, so that a row kernel holds
 //! the row while it reduces and rereads it from cache.
@@ -280,8 +281,27 @@ pub(crate) fn merged_kind(p: &GroupBody, g: &GroupBody) -> Option<(GroupKind, Te
             Some((Row, g.space.clone()))
         }
         (Row, Row) if same(&p.space, &g.space) => Some((Row, g.space.clone())),
-        (Matmul, Pointwise) if same(&g.ty, &p.ty) && !contains_pointwise_before_matmul(p) => {
-            Some((Matmul, g.ty.clone()))
+        // a pointwise op over the product's shape (bias, activation, residual), or, once a
+        // row reduction of the product is in the group, over the reduced shape (a mean's
+        // division), as a row kernel takes them
+        (Matmul, Pointwise)
+            if (same(&g.ty, &p.space) || same(&g.ty, &p.ty))
+                && !contains_pointwise_before_matmul(p) =>
+        {
+            Some((Matmul, p.space.clone()))
+        }
+        // a row kernel over the product's rows (attention's softmax of its scores, a
+        // layernorm after a projection), whole or op by op, runs as the epilogue of each
+        // block of rows the GEMM has just written, while they are in cache
+        (Matmul, Row) if same(&g.space, &p.space) && !contains_pointwise_before_matmul(p) => {
+            Some((Matmul, p.space.clone()))
+        }
+        (Matmul, Reduction)
+            if is_row_reduction(g)
+                && same(&g.space, &p.space)
+                && !contains_pointwise_before_matmul(p) =>
+        {
+            Some((Matmul, p.space.clone()))
         }
         _ => None,
     }
