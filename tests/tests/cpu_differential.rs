@@ -2014,6 +2014,81 @@ fn matmul_epilogues(fusion: bool) {
         Tol::Matmul(64),
         &xs,
     );
+    // row kernels over the product's rows, which run as the matmul's epilogue: softmax,
+    // log_softmax, a residual then layer_norm, and attention's masked softmax of batched
+    // scores followed by the second product (odd sizes, a row of one, transposed operands)
+    type RowEpilogue = fn(&Tensor, &[Tensor]) -> Result<Tensor>;
+    let rows: [(&str, RowEpilogue); 3] = [
+        ("softmax", |y, _| y.softmax(-1)),
+        ("scale, log_softmax", |y, _| y.mul(0.35)?.log_softmax(-1)),
+        ("bias + residual, layer_norm", |y, x| {
+            let n = y.shape()[y.rank() - 1];
+            y.add(&x[2])?
+                .add(&x[3])?
+                .layer_norm(&[n], Some(&x[4]), Some(&x[2]), 1e-5)
+        }),
+    ];
+    for (i, (m, k, n)) in [(7usize, 50usize, 17usize), (33, 17, 129), (5, 9, 1)]
+        .iter()
+        .enumerate()
+    {
+        let seed = 1600 + 5 * i as u64;
+        let xs: Vec<_> = [(Contiguous, Contiguous), (Transposed, StridedLast)]
+            .iter()
+            .map(|&(la, lr)| {
+                (
+                    format!("{la:?}, residual {lr:?}"),
+                    vec![
+                        input(&[*m, *k], Dist::Normal, la, seed),
+                        normal(&[*k, *n], seed + 1),
+                        normal(&[*n], seed + 2),
+                        input(&[*m, *n], Dist::Normal, lr, seed + 3),
+                        normal(&[*n], seed + 4),
+                    ],
+                )
+            })
+            .collect();
+        for (name, epi) in rows {
+            check(
+                &mut r,
+                &format!("[{m}, {k}] @ [{k}, {n}] then {name}"),
+                move |x: &[Tensor]| Ok(vec![epi(&x[0].matmul(&x[1])?, x)?]),
+                Tol::Matmul(*k),
+                &xs,
+            );
+        }
+    }
+    for (i, (b, t, d)) in [(2usize, 13usize, 8usize), (3, 1, 5)].iter().enumerate() {
+        let seed = 1650 + 5 * i as u64;
+        let xs: Vec<_> = [Contiguous, Transposed]
+            .iter()
+            .map(|&lk| {
+                (
+                    format!("keys {lk:?}"),
+                    vec![
+                        normal(&[*b, *t, *d], seed),
+                        input(&[*b, *t, *d], Dist::Normal, lk, seed + 1),
+                        normal(&[*b, *t, *d], seed + 2),
+                        normal(&[*b, 1, *t], seed + 3),
+                    ],
+                )
+            })
+            .collect();
+        check(
+            &mut r,
+            &format!("attention [{b}, {t}, {d}]: masked softmax of the scores, then @ v"),
+            |x: &[Tensor]| {
+                let scores = x[0]
+                    .matmul(&x[1].transpose(-2, -1)?)?
+                    .mul(0.3)?
+                    .add(&x[3])?;
+                let p = scores.softmax(-1)?;
+                Ok(vec![p.matmul(&x[2])?, p])
+            },
+            Tol::Matmul(*t),
+            &xs,
+        );
+    }
     r.finish();
 }
 
