@@ -49,7 +49,9 @@ pub const SYMBOL: &str = "kiln_kernel";
 const MATH_H: &str = include_str!("kiln_math.h");
 
 /// The C source of `nest` specialised for `spec`, at `lanes` f32 lanes per vector, or why
-/// the C tier does not take it (the kernel then stays on its Cranelift code).
+/// the C tier does not take it (the kernel then stays on its Cranelift code). The source
+/// does not name the kernel, so kernels that compute the same thing (a model's layers)
+/// have the same source, and one object serves them all.
 pub fn c_source(nest: &LoopNest, spec: &Spec, lanes: Lanes) -> Result<String, String> {
     if spec.access.len() != nest.buffers.len() {
         return Err("the specialisation does not match the buffers".into());
@@ -231,8 +233,7 @@ impl Writer<'_> {
         let w = lanes.0;
         let _ = writeln!(
             self.out,
-            "/* kiln C tier: kernel {} ({} loop dims, {} outer after collapsing), {} f32 lanes */",
-            self.nest.name,
+            "/* kiln C tier: a loop nest of {} dims ({} outer after collapsing), {} f32 lanes */",
             self.nest.dims.len(),
             self.spec.outer,
             w

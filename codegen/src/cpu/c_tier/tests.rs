@@ -4,7 +4,8 @@
 //! ranges, and polynomials fitted to ops and chains on their ranges, each taking the routine
 //! the Cranelift emitter takes) is taken by the C tier and agrees
 //! with its Cranelift code at several specialisations; the checker rejects a wrong kernel;
-//! the cache serves a second build and rebuilds damaged entries; `kiln_math.h` meets the
+//! the cache serves a second build and rebuilds damaged entries; kernels of one source
+//! share one build; `kiln_math.h` meets the
 //! error table of `cpu/math.rs`; and the generated kernel function is snapshot-tested.
 
 use super::cache::Cache;
@@ -250,6 +251,49 @@ fn the_cache_serves_a_second_build_and_rebuilds_a_damaged_entry() {
         let next = build_kernel(compiler(), Some(&cache), &nest.name, &source).expect("builds");
         assert!(next.cached, "the rewritten entry is served");
     }
+}
+
+#[test]
+fn kernels_of_the_same_source_share_one_build() {
+    // a model's layers: the same nest under other names (constants no other test uses, so
+    // no other test's build of it is in this process's table)
+    let text = "graph @layer(%x: f32[R,C]) -> f32[R,C] {
+  %0 = mul %x, 0.8173 : f32[R,C]
+  %1 = tanh %0 : f32[R,C]
+  return %1
+}
+";
+    let nest = nests_of(text).remove(0);
+    let other = nests_of(&text.replace("0.8173", "0.8174")).remove(0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = CodegenOptions {
+        tier: crate::TierPolicy::CUpFront,
+        ..CodegenOptions::default()
+    };
+    opts.cache_dir = Some(dir.path().to_path_buf());
+    let layer = |n: &LoopNest, name: &str| {
+        let mut n = n.clone();
+        n.name = name.to_string();
+        let mut spec = default_spec(&n, &opts);
+        spec.opts = opts.clone();
+        let cranelift = compile(&n, &spec).expect("cranelift");
+        super::TieredFn::new(cranelift, &n, &spec).report()
+    };
+    let first = layer(&nest, "k1_layer0");
+    let second = layer(&nest, "k9_layer1");
+    let third = layer(&other, "k17_layer2");
+    for t in [&first, &second, &third] {
+        assert_eq!(t.tier, super::Tier::C, "{t}");
+    }
+    assert!(first.note.contains("compiled by"), "{first}");
+    assert!(
+        second
+            .note
+            .contains("the object built for k1_layer0 (the same source)"),
+        "{second}"
+    );
+    // another constant is another source: built for itself
+    assert!(third.note.contains("compiled by"), "{third}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Tiering: a kernel starts on its Cranelift code; with the automatic policy it counts its
 //! calls and time, and past the threshold it is queued for the C tier. One background
-//! thread builds queued kernels (C source, on-disk cache or the C compiler, load), checks
+//! thread builds queued kernels (C source, on-disk cache or the C compiler, load; one
+//! build per source in the process, shared by kernels of the same source), checks
 //! each once against its Cranelift code on the same inputs (`validate.rs`) and swaps the C
 //! function in with one atomic store: calls already running finish on the code they
 //! started with, the next calls take the new one. A kernel the C tier cannot take (no
@@ -15,6 +16,7 @@ use crate::cpu::emit::Spec;
 use crate::cpu::jit::KernelFn;
 use crate::loops::LoopNest;
 use crate::options::TierPolicy;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -313,30 +315,58 @@ enum Reason {
     Mismatch(String),
 }
 
+/// A C kernel built in this process: its code and how the first kernel of its source got
+/// it, or why it could not be built.
+type SharedBuild = Result<(KernelFn, String, String), CTierError>;
+
+/// The kernels this process has built, by cache key (source, compiler, flags). A model's
+/// layers compute the same kernels on their own weights: MiniLM's 24 matmul epilogues are
+/// four sources, each compiled once, where each was compiled for itself (25 compiles of 5
+/// sources, 16.9 s cold to full speed). A cell is filled once; a second kernel of the same
+/// source waits for the first one's build, if it is under way, and takes its result.
+fn shared_build(key: &str) -> Arc<OnceLock<SharedBuild>> {
+    static BUILT: OnceLock<Mutex<HashMap<String, Arc<OnceLock<SharedBuild>>>>> = OnceLock::new();
+    let map = BUILT.get_or_init(Default::default);
+    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+    m.entry(key.to_string()).or_default().clone()
+}
+
 /// The checked C kernel of `t` and how it was obtained.
 fn build(t: &TieredFn) -> Result<(KernelFn, String), Reason> {
     let compiler = Compiler::find().map_err(|e| Reason::NoCompiler(e.to_string()))?;
     let source = c_source(&t.nest, &t.spec, Lanes::host()).map_err(Reason::Source)?;
-    let dir = t
-        .spec
-        .opts
-        .cache_dir
-        .clone()
-        .unwrap_or_else(Cache::default_dir);
-    let cache = Cache::open(&dir);
-    let built =
-        build_kernel(compiler, cache.as_ref(), &t.nest.name, &source).map_err(Reason::Build)?;
-    check_against(&t.nest, &t.spec, t.cranelift, built.f).map_err(Reason::Mismatch)?;
-    let how = if built.cached {
-        "object from the cache".to_string()
+    let cell = shared_build(&compiler.key(&source));
+    let mut first = false;
+    let shared = cell.get_or_init(|| {
+        first = true;
+        let dir = t
+            .spec
+            .opts
+            .cache_dir
+            .clone()
+            .unwrap_or_else(Cache::default_dir);
+        let cache = Cache::open(&dir);
+        let built = build_kernel(compiler, cache.as_ref(), &t.nest.name, &source)?;
+        let how = if built.cached {
+            "object from the cache".to_string()
+        } else {
+            format!(
+                "compiled by {} in {:.0} ms",
+                compiler.identity,
+                built.compile_time.as_secs_f64() * 1e3
+            )
+        };
+        Ok((built.f, how, t.nest.name.clone()))
+    });
+    let (f, how, owner) = shared.clone().map_err(Reason::Build)?;
+    // each kernel is checked against its own Cranelift code, shared object or not
+    check_against(&t.nest, &t.spec, t.cranelift, f).map_err(Reason::Mismatch)?;
+    let how = if first {
+        how
     } else {
-        format!(
-            "compiled by {} in {:.0} ms",
-            compiler.identity,
-            built.compile_time.as_secs_f64() * 1e3
-        )
+        format!("the object built for {owner} (the same source)")
     };
-    Ok((built.f, how))
+    Ok((f, how))
 }
 
 /// Waits until no kernel is queued for the C tier, or `timeout` passes; true when none is
