@@ -716,6 +716,8 @@ KILN_INLINE kf kiln_erf(kf x) {
     kf a = kiln__min_keep_nan(ax, 10.0f);
     kf r = kiln__erfc_scaled(a);
     kf ex = kiln__exp_neg_sq(a, 1.0f);
+    /* 0 past |x| = 9 (erf.rs ERF_FLUSH: the same bits, and no denormal product) */
+    ex = kiln__zero_if(a > kiln__c(9.0f), ex);
     kf erfc = ex * r;
     kf big = kiln__c(1.0f) - erfc;
     kf sign = kiln__sign_of(x);
@@ -740,11 +742,16 @@ KILN_INLINE kf kiln_gelu_erf_with(kf x, kf ex) {
     kf axc = kiln__min_keep_nan(ax, 14.0f);
     kf a = axc * kiln__c(KILN__SQRT_HALF);
     kf r = kiln__erfc_scaled(a);
-    kf er = ex * r;
-    kf tail = er * kiln__c(0.5f);
-    kf upper = kiln__c(1.0f) - tail;
-    kf phi = kiln_select(x < kiln__c(0.0f), tail, upper);
-    return x * phi;
+    kf h = r * kiln__c(0.5f);
+    /* erf.rs gelu: x < 0 as (x R/2) e^(-x^2/2), 0 past |x| = 13.147 (GELU_NEG_FLUSH) and
+     * where under the smallest normal; the
+     * positive side's tail 0 past |x| = 12.9 (GELU_TAIL_FLUSH): never a denormal (each
+     * costs a microcode assist on x86) */
+    kf lower = (x * h) * kiln__zero_if(ax > kiln__c(13.147f), ex);
+    lower = kiln_select(kiln_abs(lower) < kiln__c(1.17549435e-38f), kiln__sign_of(lower), lower);
+    kf tail = kiln__zero_if(ax > kiln__c(12.9f), ex) * h;
+    kf upper = x * (kiln__c(1.0f) - tail);
+    return kiln_select(x < kiln__c(0.0f), lower, upper);
 }
 
 /* gelu (erf form): x Phi(x), Phi(-|x|) = e^(-x^2/2) R(|x|/sqrt 2)/2, Phi(|x|) = 1 - Phi(-|x|);
