@@ -128,10 +128,10 @@ pub(super) fn erf(e: &mut Em, x: Value) -> Value {
 /// accurate in the left tail, no `1 + erf` cancellation) and `Φ(|x|) = 1 - Φ(-|x|)`;
 /// |x| is clamped to 14 in R (Φ(-14) is under the smallest denormal). The negative side
 /// is `(x·R/2)·e^(-x²/2)`, in that order, so that no product is a denormal while the
-/// result is normal, and it is 0 where it would be under the smallest normal
-/// ([`GELU_NEG_FLUSH`]); the positive side's tail is 0
-/// past [`GELU_TAIL_FLUSH`]: no value is ever a denormal. `ex` is [`exp_neg_half_sq`] of
-/// `x` (the caller's, so that a kernel computing gelu's derivative too shares it).
+/// result is normal, and it is ±0 where it would be under the smallest normal
+/// ([`GELU_NEG_FLUSH`]); the positive side's tail is 0 past [`GELU_TAIL_FLUSH`]: no value
+/// is ever a denormal. `ex` is [`exp_neg_half_sq`] of `x` (the caller's, so that a kernel
+/// computing gelu's derivative too shares it).
 /// gelu(+inf) = +inf, gelu(-inf) = NaN (as the reference's `-inf·0`), NaN gives NaN.
 pub(super) fn gelu(e: &mut Em, x: Value, ex: Value) -> Value {
     let ax = e.abs(x);
