@@ -1939,6 +1939,31 @@ fn linear(fusion: bool) {
     r.finish();
 }
 
+/// The inputs of a matmul-epilogue case `[m, k] @ [k, n]`, contiguous and with the left
+/// operand transposed and the residual strided: the operands, a bias `[n]`, a residual
+/// `[m, n]` and a last operand of shape `last`.
+fn epilogue_inputs(
+    (m, k, n): (usize, usize, usize),
+    last: &[usize],
+    seed: u64,
+) -> Vec<(String, Vec<Tensor>)> {
+    [(Contiguous, Contiguous), (Transposed, StridedLast)]
+        .iter()
+        .map(|&(la, lr)| {
+            (
+                format!("{la:?}, residual {lr:?}"),
+                vec![
+                    input(&[m, k], Dist::Normal, la, seed),
+                    normal(&[k, n], seed + 1),
+                    normal(&[n], seed + 2),
+                    input(&[m, n], Dist::Normal, lr, seed + 3),
+                    normal(last, seed + 4),
+                ],
+            )
+        })
+        .collect()
+}
+
 /// Matmul followed by pointwise epilogues: bias, activations, a residual, a scale.
 fn matmul_epilogues(fusion: bool) {
     let mut r = Report::new("matmul_epilogues", fusion);
@@ -1966,22 +1991,7 @@ fn matmul_epilogues(fusion: bool) {
     .iter()
     .enumerate()
     {
-        let seed = 1500 + 5 * i as u64;
-        let xs: Vec<_> = [(Contiguous, Contiguous), (Transposed, StridedLast)]
-            .iter()
-            .map(|&(la, lr)| {
-                (
-                    format!("{la:?}, residual {lr:?}"),
-                    vec![
-                        input(&[*m, *k], Dist::Normal, la, seed),
-                        normal(&[*k, *n], seed + 1),
-                        normal(&[*n], seed + 2),
-                        input(&[*m, *n], Dist::Normal, lr, seed + 3),
-                        normal(&[*m, 1], seed + 4),
-                    ],
-                )
-            })
-            .collect();
+        let xs = epilogue_inputs((*m, *k, *n), &[*m, 1], 1500 + 5 * i as u64);
         for (name, epi) in epilogues {
             check(
                 &mut r,
@@ -2032,22 +2042,7 @@ fn matmul_epilogues(fusion: bool) {
         .iter()
         .enumerate()
     {
-        let seed = 1600 + 5 * i as u64;
-        let xs: Vec<_> = [(Contiguous, Contiguous), (Transposed, StridedLast)]
-            .iter()
-            .map(|&(la, lr)| {
-                (
-                    format!("{la:?}, residual {lr:?}"),
-                    vec![
-                        input(&[*m, *k], Dist::Normal, la, seed),
-                        normal(&[*k, *n], seed + 1),
-                        normal(&[*n], seed + 2),
-                        input(&[*m, *n], Dist::Normal, lr, seed + 3),
-                        normal(&[*n], seed + 4),
-                    ],
-                )
-            })
-            .collect();
+        let xs = epilogue_inputs((*m, *k, *n), &[*n], 1600 + 5 * i as u64);
         for (name, epi) in rows {
             check(
                 &mut r,
