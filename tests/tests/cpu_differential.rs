@@ -530,6 +530,43 @@ fn unary_composite_ops(fusion: bool) {
     });
 }
 
+/// gelu and erf where their tails underflow (gelu's |x| in [12.8, 13.3], where the tail is
+/// flushed so that nothing is a denormal; erf's in [8.9, 10]): on a Linear's N(0, 20²)
+/// outputs at odd sizes in every layout, and on sweeps across the tails, contiguous and
+/// transposed.
+fn gelu_and_erf_tails(fusion: bool) {
+    let mut r = Report::new("gelu_and_erf_tails", fusion);
+    let f = |x: &[Tensor]| -> Result<Vec<Tensor>> {
+        Ok(vec![x[0].gelu()?, x[0].neg()?.gelu()?, x[0].erf()?])
+    };
+    for (i, shape) in [vec![1], vec![37], vec![5, 129]].iter().enumerate() {
+        check(
+            &mut r,
+            &format!("gelu and erf of N(0, 20²) {shape:?}"),
+            f,
+            Tol::Pointwise,
+            &single_input_layouts(shape, Dist::Scaled(20.0), 1700 + i as u64),
+        );
+    }
+    let sweep = |lo: f64, hi: f64, step: f64| Tensor::arange(lo, hi, step, DType::F32).unwrap();
+    let tails = Tensor::cat(&[&sweep(12.8, 13.3, 0.0005), &sweep(8.9, 10.0, 0.001)], 0)
+        .and_then(|t| t.reshape(&[100, 21]))
+        .and_then(|t| t.t())
+        .unwrap();
+    let xs = vec![
+        ("contiguous".to_string(), vec![tails.contiguous().unwrap()]),
+        ("transposed".to_string(), vec![tails]),
+    ];
+    check(
+        &mut r,
+        "gelu and erf across their tails",
+        f,
+        Tol::Pointwise,
+        &xs,
+    );
+    r.finish();
+}
+
 /// Bool results consumed inside f32 kernels: `where` on `isnan`/`isinf`, logical ops of
 /// comparisons, casts of bools.
 fn bool_results_in_kernels(fusion: bool) {
@@ -3162,6 +3199,7 @@ fused_and_unfused! {
     unary_bool_ops,
     unary_composite_ops,
     bool_results_in_kernels,
+    gelu_and_erf_tails,
     activations_and_clamp,
     unary_domain_edges,
     bounded_transcendentals,
