@@ -1816,8 +1816,8 @@ fn layer_norm_constant_rows(fusion: bool) {
 /// x/rms(x), var ~1e40 → inf only where the result itself overflows).
 fn norms_of_large_values(fusion: bool) {
     let mut r = Report::new("norms_of_large_values", fusion);
-    for scale in [1e18, 1e20, 1e25] {
-        let x = normal(&[7, 50], 1180).mul(scale).unwrap();
+    for (scale, n) in [(1e18, 50), (1e20, 50), (1e25, 50), (1e20, 150)] {
+        let x = normal(&[7, n], 1180).mul(scale).unwrap();
         let xs = vec![
             ("contiguous".to_string(), vec![x.clone()]),
             ("plus offset".to_string(), vec![x.add(scale * 3.0).unwrap()]),
@@ -1825,14 +1825,14 @@ fn norms_of_large_values(fusion: bool) {
         check(
             &mut r,
             &format!("layer_norm of values × {scale:e}"),
-            |x: &[Tensor]| Ok(vec![x[0].layer_norm(&[50], None, None, 1e-5)?]),
+            move |x: &[Tensor]| Ok(vec![x[0].layer_norm(&[n], None, None, 1e-5)?]),
             Tol::Reduce,
             &xs,
         );
         check(
             &mut r,
             &format!("rms_norm of values × {scale:e}"),
-            |x: &[Tensor]| Ok(vec![x[0].rms_norm(&[50], None, 1e-5)?]),
+            move |x: &[Tensor]| Ok(vec![x[0].rms_norm(&[n], None, 1e-5)?]),
             Tol::Reduce,
             &xs,
         );
@@ -1840,6 +1840,47 @@ fn norms_of_large_values(fusion: bool) {
             &mut r,
             &format!("var of values × {scale:e}"),
             |x: &[Tensor]| Ok(vec![x[0].var(&[-1], 1, false)?]),
+            Tol::Reduce,
+            &xs,
+        );
+    }
+    r.finish();
+}
+
+/// layer_norm and rms_norm without eps of values whose squares are under f32's smallest
+/// normal (|x| ≲ 1.1e-19), where the results are still ±1-scale: eager and the interpreter
+/// square in f64. Rows of tiny values beside rows of ordinary ones, in every layout, at a
+/// length that takes the unrolled loop, the one-vector loop and the partial last vector.
+fn norms_of_small_values(fusion: bool) {
+    let mut r = Report::new("norms_of_small_values", fusion);
+    for scale in [1e-21f64, 1e-30] {
+        let rows = |seed| {
+            let tiny = normal(&[3, 83], seed).mul(scale).unwrap();
+            let ordinary = normal(&[2, 83], seed + 1);
+            Tensor::cat(&[&tiny, &ordinary], 0).unwrap()
+        };
+        let xs = vec![
+            ("contiguous".to_string(), vec![rows(1190)]),
+            (
+                "transposed".to_string(),
+                vec![rows(1192).t().unwrap().contiguous().unwrap().t().unwrap()],
+            ),
+            (
+                "plus offset".to_string(),
+                vec![rows(1194).add(scale * 3.0).unwrap()],
+            ),
+        ];
+        check(
+            &mut r,
+            &format!("layer_norm without eps of values × {scale:e}"),
+            |x: &[Tensor]| Ok(vec![x[0].layer_norm(&[83], None, None, 0.0)?]),
+            Tol::Reduce,
+            &xs,
+        );
+        check(
+            &mut r,
+            &format!("rms_norm without eps of values × {scale:e}"),
+            |x: &[Tensor]| Ok(vec![x[0].rms_norm(&[83], None, 0.0)?]),
             Tol::Reduce,
             &xs,
         );
@@ -3229,6 +3270,7 @@ fused_and_unfused! {
     layer_norm_constant_rows,
     rms_norm,
     norms_of_large_values,
+    norms_of_small_values,
     matmul,
     linear,
     matmul_epilogues,
