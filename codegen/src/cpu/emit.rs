@@ -20,8 +20,8 @@ use kiln_ir::{BinaryOp, DTypeRule, ReduceOp, UnaryOp};
 use std::collections::HashMap;
 
 mod f64_values;
-pub(crate) use f64_values::f64_supported;
 use f64_values::widen;
+pub(crate) use f64_values::{f64_supported, SQUARES_EXACT_BELOW};
 
 /// How a buffer is addressed along the inner loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -14,7 +14,7 @@
 //! Sums accumulate in f64, as the Cranelift tier and eager do; max and min propagate NaN.
 
 use crate::cpu::chain_fits::{chain_fits, ChainFits};
-use crate::cpu::emit::{InnerAccess, Spec};
+use crate::cpu::emit::{InnerAccess, Spec, SQUARES_EXACT_BELOW};
 use crate::cpu::jit::host_fma;
 use crate::cpu::math::{exp_variant, fit, negated, tanh_needs_clamp, ExpVariant};
 use crate::cuda::source::double_lit;
@@ -70,6 +70,8 @@ pub fn c_source(nest: &LoopNest, spec: &Spec, lanes: Lanes) -> Result<String, St
         chains: ChainFits::default(),
         lanes: lanes.0,
         prefetch: Vec::new(),
+        squares_in_f32: Vec::new(),
+        indent: 0,
     };
     w.ranges = value_ranges(&nest.body);
     w.chains = chain_fits(nest, &w.ranges, host_fma(), spec.opts.chain_fits);
@@ -94,6 +96,11 @@ struct Writer<'a> {
     /// the prefetches of the next row the body copies of the inner phase being written
     /// issue (see [`Writer::prefetches`])
     prefetch: Vec<(usize, bool)>,
+    /// the reductions of the inner loop being written whose squares are summed in f32
+    /// before widening (see [`Writer::squares_in_f32`])
+    squares_in_f32: Vec<ValueId>,
+    /// levels added to every line's indent (a block under a condition)
+    indent: usize,
 }
 
 /// How a body copy reads and writes: whole vectors, or the first `n` lanes of one.
@@ -204,13 +211,30 @@ fn comparison(op: BinaryOp) -> Option<&'static str> {
     })
 }
 
+/// The C expression adding `xs` pairwise: `(x0 + x1) + (x2 + x3)`.
+fn pairwise_sum(mut xs: Vec<String>) -> String {
+    while xs.len() > 1 {
+        xs = xs
+            .chunks(2)
+            .map(|p| {
+                if p.len() == 2 {
+                    format!("({} + {})", p[0], p[1])
+                } else {
+                    p[0].clone()
+                }
+            })
+            .collect();
+    }
+    xs.pop().unwrap_or_default()
+}
+
 fn is_sum(op: ReduceOp) -> bool {
     matches!(op, ReduceOp::Sum | ReduceOp::Mean)
 }
 
 impl Writer<'_> {
     fn line(&mut self, indent: usize, s: &str) {
-        for _ in 0..indent {
+        for _ in 0..indent + self.indent {
             self.out.push_str("    ");
         }
         self.out.push_str(s);
@@ -325,13 +349,18 @@ impl Writer<'_> {
 
     /// The software prefetches of the next row that the inner phase at `phases[index]`
     /// issues, as (buffer, for writing): in a kernel that walks each row in two or more
-    /// inner loops (layernorm, softmax), the first loop prefetches the next row of every
-    /// input it loads contiguously, and the loop that stores prefetches the next row of each
+    /// inner loops (layernorm, softmax), the next row of every input the first loop loads
+    /// contiguously is prefetched by the second loop when there are three or more (the
+    /// first when there are two), and the loop that stores prefetches the next row of each
     /// contiguous f32 output. Each row is a run of pages the hardware prefetcher starts over
     /// on, and the later loops work on a row already in L1 while the memory system would
     /// idle: layernorm's 8192×1024 kernel (rows of one 4 KiB page) took 2.0 ms against 2.45
-    /// without them (medians, 2 threads, gcc -O3; softmax's 2.7 against 3.0). A prefetch
-    /// never faults, so the row after a thread's (or the tensor's) last is harmless.
+    /// without them (medians, 2 threads, gcc -O3; softmax's 2.7 against 3.0). The second
+    /// loop reads its row from L1, where the first loop's demand loads were still arriving
+    /// and the prefetches waited for the same fill buffers: layernorm went from 72-75% of
+    /// its working-set triad to 78-84% with them there, softmax from 45-49% to 49-57% (the
+    /// same harness, in turns). A prefetch never faults, so the row after a thread's (or
+    /// the tensor's) last is harmless.
     fn prefetches(&self, index: usize) -> Vec<(usize, bool)> {
         let inner: Vec<usize> = (0..self.nest.phases.len())
             .filter(|&j| matches!(self.nest.phases[j], Phase::Inner { .. }))
@@ -339,13 +368,17 @@ impl Writer<'_> {
         if self.spec.outer == 0 || inner.len() < 2 {
             return Vec::new();
         }
-        let Phase::Inner { point, stores, .. } = &self.nest.phases[index] else {
+        let Phase::Inner { stores, .. } = &self.nest.phases[index] else {
             return Vec::new();
         };
         let contiguous_f32 =
             |b: usize| self.spec.access[b] == InnerAccess::Contiguous && !self.is_bool_buf(b);
         let mut out = Vec::new();
-        if inner[0] == index {
+        let prefetching = if inner.len() >= 3 { inner[1] } else { inner[0] };
+        if prefetching == index {
+            let Phase::Inner { point, .. } = &self.nest.phases[inner[0]] else {
+                unreachable!("an inner phase");
+            };
             for &v in point {
                 if let Expr::Load(b) = self.nest.body[v].expr {
                     if contiguous_f32(b) && !out.contains(&(b, false)) {
@@ -407,6 +440,9 @@ impl Writer<'_> {
             },
             Expr::Widen(x) => format!("(double){}", self.row_ref(x)),
             Expr::Narrow(x) => format!("(float){}", self.row_ref(x)),
+            ref other if self.scalar_form(v, other).is_some() => {
+                self.scalar_form(v, other).expect("checked")
+            }
             other => {
                 // the vector routine on broadcast operands, lane 0
                 let x = self.vexpr(v, &other, &|x| self.splat_row(x))?;
@@ -419,6 +455,42 @@ impl Writer<'_> {
         };
         self.line(2, &format!("const {ty} r{v} = {rhs};"));
         Ok(())
+    }
+
+    /// The plain C scalar expression of a row value whose operation IEEE arithmetic gives
+    /// the same bits as the vector routine (float `+ - * /` and negation, double square
+    /// roots and reciprocals), or None. The vector routine on broadcast operands did the
+    /// same work in every lane: GCC kept each double division as a full-width `vdivpd`.
+    fn scalar_form(&self, v: ValueId, e: &Expr) -> Option<String> {
+        let ty = self.ty(v);
+        if ty == ScalarType::Bool {
+            return None;
+        }
+        let same = |x: ValueId| self.ty(x) == ty;
+        let f64_ = ty == ScalarType::F64;
+        Some(match *e {
+            Expr::Binary(op, x, y) if same(x) && same(y) => {
+                let sym = match op {
+                    BinaryOp::Add => "+",
+                    BinaryOp::Sub => "-",
+                    BinaryOp::Mul => "*",
+                    BinaryOp::Div => "/",
+                    _ => return None,
+                };
+                format!("({} {sym} {})", self.row_ref(x), self.row_ref(y))
+            }
+            Expr::Unary(UnaryOp::Neg, x) if same(x) => format!("(-{})", self.row_ref(x)),
+            Expr::Unary(UnaryOp::Sqrt, x) if f64_ && same(x) => {
+                format!("sqrt({})", self.row_ref(x))
+            }
+            Expr::Unary(UnaryOp::Rsqrt, x) if f64_ && same(x) => {
+                format!("(1.0 / sqrt({}))", self.row_ref(x))
+            }
+            Expr::Unary(UnaryOp::Recip, x) if f64_ && same(x) => {
+                format!("(1.0 / {})", self.row_ref(x))
+            }
+            _ => return None,
+        })
     }
 
     /// A row value as a C scalar: its variable, or a literal.
@@ -595,7 +667,68 @@ impl Writer<'_> {
 
     /// The inner loop of phase `pi`: accumulators, the unrolled vector loop, the one-vector
     /// loop, the partial last vector, then each reduction's total as a row value.
+    ///
+    /// Where a sum of squares is summed in f32 first ([`Writer::square_of_widened`]), a
+    /// row whose total is under [`SQUARES_EXACT_BELOW`] or `+inf` (a square under f32's
+    /// smallest normal or past its largest may have decided it) runs the loop again with
+    /// every square in f64, as the Cranelift tier does.
     fn inner(
+        &mut self,
+        point: &[ValueId],
+        reduces: &[ValueId],
+        stores: &[usize],
+    ) -> Result<(), String> {
+        // the totals are row values of the rest of the row
+        for &r in reduces {
+            let t = self.scalar_type(r);
+            self.line(2, &format!("{t} r{r};"));
+        }
+        self.squares_in_f32 = reduces
+            .iter()
+            .copied()
+            .filter(|&r| self.square_of_widened(r).is_some())
+            .collect();
+        self.inner_block(point, reduces, stores)?;
+        let fast = std::mem::take(&mut self.squares_in_f32);
+        if !fast.is_empty() {
+            let below = double_lit(SQUARES_EXACT_BELOW);
+            let redo: Vec<String> = fast
+                .iter()
+                .map(|r| format!("(double)r{r} < {below} || (double)r{r} == (double)INFINITY"))
+                .collect();
+            self.line(2, &format!("if ({}) {{", redo.join(" || ")));
+            self.indent += 1;
+            self.inner_block(point, reduces, stores)?;
+            self.indent -= 1;
+            self.line(2, "}");
+        }
+        Ok(())
+    }
+
+    /// `d` where reduction `r` sums `widen(d) * widen(d)` over the inner loop for an f32
+    /// point value `d` (a variance's squared deviations). Every term is at least 0, so
+    /// squaring in f32 and adding the body copies' squares pairwise in f32 before one
+    /// widening, as f32 sums are added (and as the Cranelift tier sums these), is within
+    /// 3·2^-24 relative of the f64 sum while no square is under f32's smallest normal or
+    /// past its largest: layernorm's variance loop took two conversions, two f64 multiplies
+    /// and two f64 adds per vector, and bound the kernel on its two vector ports.
+    fn square_of_widened(&self, r: ValueId) -> Option<ValueId> {
+        let Expr::Reduce(op, x) = self.nest.body[r].expr else {
+            return None;
+        };
+        let Expr::Binary(BinaryOp::Mul, w, w2) = self.nest.body[x].expr else {
+            return None;
+        };
+        let Expr::Widen(d) = self.nest.body[w].expr else {
+            return None;
+        };
+        let point = |v: ValueId| !self.is_row(v);
+        (is_sum(op) && w == w2 && self.ty(d) == ScalarType::F32 && point(x) && point(w) && point(d))
+            .then_some(d)
+    }
+
+    /// One inner loop's block (see [`Writer::inner`]).
+    fn inner_block(
         &mut self,
         point: &[ValueId],
         reduces: &[ValueId],
@@ -606,11 +739,6 @@ impl Writer<'_> {
         } else {
             self.reduce_copies
         };
-        // the totals are row values of the rest of the row
-        for &r in reduces {
-            let t = self.scalar_type(r);
-            self.line(2, &format!("{t} r{r};"));
-        }
         self.line(2, "{");
         for &r in reduces {
             let Expr::Reduce(op, x) = self.nest.body[r].expr else {
@@ -649,7 +777,7 @@ impl Writer<'_> {
         self.line(4, "const ki valid = kiln_iota < ki_splat((int32_t)n);");
         self.body(point, reduces, stores, &[0], Part::Partial)?;
         self.line(3, "}");
-        // the totals: the copies, then the lanes, in order
+        // the totals: the copies in order, then the lanes as a tree (`kd_hsum`)
         for &r in reduces {
             let Expr::Reduce(op, _) = self.nest.body[r].expr else {
                 unreachable!("checked above");
@@ -777,11 +905,25 @@ impl Writer<'_> {
             let Expr::Reduce(op, x) = self.nest.body[r].expr else {
                 unreachable!("checked by the caller");
             };
+            let square = match self.square_of_widened(r) {
+                Some(d) if part == Part::Whole && self.squares_in_f32.contains(&r) => Some(d),
+                _ => None,
+            };
+            if let Some(d) = square {
+                // the squares in f32, then as an f32 sum (`square_of_widened`)
+                let xs: Vec<String> = copies
+                    .iter()
+                    .map(|&c| format!("(v{d}_{c} * v{d}_{c})"))
+                    .collect();
+                let sum = pairwise_sum(xs);
+                self.line(ind, &format!("a{r}_0 = kd_add(a{r}_0, kd_widen({sum}));"));
+                continue;
+            }
             if is_sum(op) && self.ty(x) == ScalarType::F32 && part == Part::Whole {
                 // the copies summed pairwise in f32, then widened once into the f64
                 // accumulator, as the Cranelift tier does (a row of equal values still sums
                 // exactly)
-                let mut xs: Vec<String> = copies
+                let xs: Vec<String> = copies
                     .iter()
                     .map(|&c| {
                         if self.is_row(x) {
@@ -791,22 +933,8 @@ impl Writer<'_> {
                         }
                     })
                     .collect();
-                while xs.len() > 1 {
-                    xs = xs
-                        .chunks(2)
-                        .map(|p| {
-                            if p.len() == 2 {
-                                format!("({} + {})", p[0], p[1])
-                            } else {
-                                p[0].clone()
-                            }
-                        })
-                        .collect();
-                }
-                self.line(
-                    ind,
-                    &format!("a{r}_0 = kd_add(a{r}_0, kd_widen({}));", xs[0]),
-                );
+                let sum = pairwise_sum(xs);
+                self.line(ind, &format!("a{r}_0 = kd_add(a{r}_0, kd_widen({sum}));"));
                 continue;
             }
             for &c in copies {
@@ -966,8 +1094,19 @@ static inline ki kf_isinf(kf x) { return kiln_abs(x) == kf_splat(INFINITY); }
 #define KD_WIDEN_HALF(h) __builtin_convertvector((h), kh)
 #define KD_NARROW_HALF(d) __builtin_convertvector((d), kfh)
 #endif
+/* the halves by a shuffle (one vextract): through memory, GCC stored the whole vector to the
+ * stack and loaded each half back, and the loaded upper half missed store forwarding */
 static inline kd kd_widen(kf x) {
+#if KILN__HAS_BUILTIN(__builtin_shufflevector) && KILN_W == 16
+    kfh a = __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
+    kfh b = __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif KILN__HAS_BUILTIN(__builtin_shufflevector) && KILN_W == 8
+    kfh a = __builtin_shufflevector(x, x, 0, 1, 2, 3), b = __builtin_shufflevector(x, x, 4, 5, 6, 7);
+#elif KILN__HAS_BUILTIN(__builtin_shufflevector) && KILN_W == 4
+    kfh a = __builtin_shufflevector(x, x, 0, 1), b = __builtin_shufflevector(x, x, 2, 3);
+#else
     kfh a, b; memcpy(&a, &x, sizeof a); memcpy(&b, (const char *)&x + sizeof a, sizeof b);
+#endif
     kd r = { KD_WIDEN_HALF(a), KD_WIDEN_HALF(b) }; return r;
 }
 static inline kf kd_narrow(kd x) {
@@ -1015,11 +1154,14 @@ static inline kd kd_minimum(kd a, kd b) {
 #define KD_CMP(name, op) static inline ki name(kd a, kd b) { return kd_mask((khl)(a.lo op b.lo), (khl)(a.hi op b.hi)); }
 KD_CMP(kd_eq, ==) KD_CMP(kd_ne, !=) KD_CMP(kd_lt, <) KD_CMP(kd_le, <=) KD_CMP(kd_gt, >) KD_CMP(kd_ge, >=)
 static inline double kd_first(kd x) { return x.lo[0]; }
-/* the lanes summed in order */
+/* the lanes summed as a tree (the halves, then halves of what is left): log2(KILN_W) dependent
+ * adds where summing in order chained KILN_W of them */
 static inline double kd_hsum(kd x) {
-    double s = 0.0;
-    for (int l = 0; l < KILN_W / 2; l++) s += x.lo[l];
-    for (int l = 0; l < KILN_W / 2; l++) s += x.hi[l];
-    return s;
+    kh h = x.lo + x.hi;
+    double t[KILN_W / 2];
+    memcpy(t, &h, sizeof t);
+    for (int w = KILN_W / 4; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++) t[l] += t[l + w];
+    return t[0];
 }
 "#;
