@@ -179,6 +179,19 @@ impl LoopNest {
     }
 }
 
+/// The f32 value `c` when body value `v` is `widen(c) * widen(c)`: the f64 square of an f32
+/// value (the sum of squares of a norm or a variance, as decompose writes it), which both
+/// CPU tiers compute as an f32 square.
+pub(crate) fn square_of_widened(body: &[Stmt], v: ValueId) -> Option<ValueId> {
+    let Expr::Binary(BinaryOp::Mul, x, y) = body[v].expr else {
+        return None;
+    };
+    match body[x].expr {
+        Expr::Widen(c) if x == y && body[c].ty == ScalarType::F32 => Some(c),
+        _ => None,
+    }
+}
+
 /// `x` when body value `t` is `x·x·(-0.5)` (either operand order) in f32: the argument of
 /// `exp` that the code generators compute as `e^(-x²/2)` directly.
 pub(crate) fn half_square_of(body: &[Stmt], t: ValueId) -> Option<ValueId> {

@@ -425,6 +425,10 @@ impl Writer<'_> {
     fn row_value(&mut self, v: ValueId) -> Result<(), String> {
         let e = self.nest.body[v].expr.clone();
         let ty = self.scalar_type(v);
+        if let Some(rhs) = self.scalar_form(v, &e) {
+            self.line(2, &format!("const {ty} r{v} = {rhs};"));
+            return Ok(());
+        }
         let rhs = match e {
             Expr::Reduce(..) => return Ok(()),
             Expr::Load(buf) if self.is_bool_buf(buf) => format!("(*b{buf} != 0)"),
@@ -440,9 +444,6 @@ impl Writer<'_> {
             },
             Expr::Widen(x) => format!("(double){}", self.row_ref(x)),
             Expr::Narrow(x) => format!("(float){}", self.row_ref(x)),
-            ref other if self.scalar_form(v, other).is_some() => {
-                self.scalar_form(v, other).expect("checked")
-            }
             other => {
                 // the vector routine on broadcast operands, lane 0
                 let x = self.vexpr(v, &other, &|x| self.splat_row(x))?;
@@ -716,15 +717,9 @@ impl Writer<'_> {
         let Expr::Reduce(op, x) = self.nest.body[r].expr else {
             return None;
         };
-        let Expr::Binary(BinaryOp::Mul, w, w2) = self.nest.body[x].expr else {
-            return None;
-        };
-        let Expr::Widen(d) = self.nest.body[w].expr else {
-            return None;
-        };
-        let point = |v: ValueId| !self.is_row(v);
-        (is_sum(op) && w == w2 && self.ty(d) == ScalarType::F32 && point(x) && point(w) && point(d))
-            .then_some(d)
+        // (a widened point value is a point value: only x and d need checking)
+        let d = crate::loops::square_of_widened(&self.nest.body, x)?;
+        (is_sum(op) && !self.is_row(x) && !self.is_row(d)).then_some(d)
     }
 
     /// One inner loop's block (see [`Writer::inner`]).

@@ -137,16 +137,9 @@ impl Emitter<'_> {
         shuffle_lanes(b, l, h, (0..8).chain(16..24))
     }
 
-    /// The f32 value `c` when `v` is `widen(c) * widen(c)`: the f64 square of an f32 value
-    /// (the sum of squares of a norm or a variance, as decompose writes it).
+    /// The f32 value `c` when `v` is `widen(c) * widen(c)` ([`crate::loops::square_of_widened`]).
     pub(super) fn square_of_widened(&self, v: ValueId) -> Option<ValueId> {
-        let Expr::Binary(BinaryOp::Mul, x, y) = self.nest.body[v].expr else {
-            return None;
-        };
-        match self.nest.body[x].expr {
-            Expr::Widen(c) if x == y && self.nest.body[c].ty == ScalarType::F32 => Some(c),
-            _ => None,
-        }
+        crate::loops::square_of_widened(&self.nest.body, v)
     }
 
     /// A sum of f64 squares of an f32 value whose f32 squares may have decided it: the row
