@@ -1,5 +1,6 @@
 //! Hand-written reference kernels that `kiln bench` measures kiln's own code against: what
-//! a person would write in C with AVX-512 intrinsics for one workload on this machine. They
+//! a person would write in C with the host's widest vector intrinsics (AVX-512, else AVX2
+//! with FMA) for one workload on this machine. They
 //! are built by the C tier's compiler with its flags (and cached as its kernels are), take
 //! the generated kernels' signature, and run over the same kernel pool with the same row
 //! split, so that a comparison measures the loop bodies alone.
@@ -10,12 +11,51 @@ use crate::cpu::jit::KernelFn;
 use crate::cpu::pool;
 use std::time::Duration;
 
-/// The softmax reference's source (see its header comment).
-const SOFTMAX_SOURCE: &str = include_str!("reference_softmax.c");
+/// The softmax reference's AVX-512 source (see its header comment).
+const SOFTMAX_AVX512_SOURCE: &str = include_str!("reference_softmax.c");
+/// The same loop at AVX2's 8 lanes, for hosts without AVX-512.
+const SOFTMAX_AVX2_SOURCE: &str = include_str!("reference_softmax_avx2.c");
+
+/// The instruction sets a reference is written in, widest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferenceIsa {
+    /// 16 f32 lanes (AVX-512F)
+    Avx512,
+    /// 8 f32 lanes (AVX2 with FMA)
+    Avx2,
+}
+
+impl ReferenceIsa {
+    /// The widest one this host runs, if any.
+    pub fn of_host() -> Option<ReferenceIsa> {
+        host_isa()
+    }
+
+    /// Its name as the bench report prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReferenceIsa::Avx512 => "AVX-512",
+            ReferenceIsa::Avx2 => "AVX2",
+        }
+    }
+
+    /// What the softmax reference in these instructions is and where its source lives.
+    pub fn softmax_description(self) -> &'static str {
+        match self {
+            ReferenceIsa::Avx512 => {
+                "hand-written AVX-512 C loop (codegen/src/cpu/c_tier/reference_softmax.c)"
+            }
+            ReferenceIsa::Avx2 => {
+                "hand-written AVX2 C loop (codegen/src/cpu/c_tier/reference_softmax_avx2.c)"
+            }
+        }
+    }
+}
 
 /// A reference kernel over row-major f32 rows, made ready to run.
 pub struct RowReference {
     name: &'static str,
+    isa: ReferenceIsa,
     f: KernelFn,
     /// the time the C compiler took (zero when the object came from the cache)
     pub compile_time: Duration,
@@ -24,9 +64,9 @@ pub struct RowReference {
 /// Why a reference cannot run here or was called with bad arguments.
 #[derive(Debug, thiserror::Error)]
 pub enum ReferenceError {
-    /// the host lacks the instructions the reference is written in
-    #[error("{0}: this host has no AVX-512F")]
-    NoAvx512(&'static str),
+    /// the host lacks the instructions every version of the reference is written in
+    #[error("{0}: this host has neither AVX-512F nor AVX2 with FMA")]
+    NoVectorIsa(&'static str),
     /// the C compiler was not found or failed
     #[error(transparent)]
     Build(#[from] CTierError),
@@ -46,16 +86,24 @@ pub enum ReferenceError {
     },
 }
 
-/// The AVX-512 softmax over the last dim (`reference_softmax.c`), built with the C tier's
-/// compiler and flags; its cache is the C tier's (`KILN_CACHE_DIR`, else the default).
+/// The softmax over the last dim in the host's widest instructions (`reference_softmax.c`
+/// with AVX-512, `reference_softmax_avx2.c` with AVX2), built with the C tier's compiler and
+/// flags; its cache is the C tier's (`KILN_CACHE_DIR`, else the default).
 pub fn softmax_reference() -> Result<RowReference, ReferenceError> {
-    build("softmax_reference", SOFTMAX_SOURCE)
+    let name = "softmax_reference";
+    let isa = host_isa().ok_or(ReferenceError::NoVectorIsa(name))?;
+    let source = match isa {
+        ReferenceIsa::Avx512 => SOFTMAX_AVX512_SOURCE,
+        ReferenceIsa::Avx2 => SOFTMAX_AVX2_SOURCE,
+    };
+    build(name, isa, source)
 }
 
-fn build(name: &'static str, source: &str) -> Result<RowReference, ReferenceError> {
-    if !host_has_avx512f() {
-        return Err(ReferenceError::NoAvx512(name));
-    }
+fn build(
+    name: &'static str,
+    isa: ReferenceIsa,
+    source: &str,
+) -> Result<RowReference, ReferenceError> {
     let compiler = Compiler::find()?;
     let dir = std::env::var_os("KILN_CACHE_DIR")
         .map(std::path::PathBuf::from)
@@ -64,25 +112,39 @@ fn build(name: &'static str, source: &str) -> Result<RowReference, ReferenceErro
     let built = build_kernel(compiler, cache.as_ref(), name, source)?;
     Ok(RowReference {
         name,
+        isa,
         f: built.f,
         compile_time: built.compile_time,
     })
 }
 
 #[cfg(target_arch = "x86_64")]
-fn host_has_avx512f() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
+fn host_isa() -> Option<ReferenceIsa> {
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        Some(ReferenceIsa::Avx512)
+    } else if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        Some(ReferenceIsa::Avx2)
+    } else {
+        None
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn host_has_avx512f() -> bool {
-    false
+fn host_isa() -> Option<ReferenceIsa> {
+    None
 }
 
 impl RowReference {
     /// The reference's name.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// The instructions the built version is written in.
+    pub fn isa(&self) -> ReferenceIsa {
+        self.isa
     }
 
     /// Runs the kernel over `rows` contiguous rows of `cols` elements of `input` into
@@ -155,7 +217,7 @@ mod tests {
     fn the_softmax_reference_is_a_softmax() {
         let r = match softmax_reference() {
             Ok(r) => r,
-            Err(e @ (ReferenceError::NoAvx512(_) | ReferenceError::Build(_))) => {
+            Err(e @ (ReferenceError::NoVectorIsa(_) | ReferenceError::Build(_))) => {
                 eprintln!("skipped: {e}");
                 return;
             }

@@ -38,6 +38,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln::models::{self, Model};
 use kiln::Backend;
+use kiln_codegen::cpu::c_tier::reference::ReferenceIsa;
 use limits::{triad, triad_len_for_bytes};
 use machine::Machine;
 use report::{human_bytes, Limits, ReferenceRow, Report, Row, Throughput};
@@ -466,7 +467,10 @@ fn bench_one(
 fn reference_row(outcome: &reference::Outcome, m: Option<&Measured>) -> ReferenceRow {
     let timing = m.and_then(|m| m.reference);
     ReferenceRow {
-        kernel: "hand-written AVX-512 C loop (codegen/src/cpu/c_tier/reference_softmax.c)",
+        kernel: ReferenceIsa::of_host().map_or(
+            "hand-written vector C loop (codegen/src/cpu/c_tier/reference_softmax*.c)",
+            ReferenceIsa::softmax_description,
+        ),
         median_ms: timing.map(|t| t.median_ms),
         min_ms: timing.map(|t| t.min_ms),
         max_ms: timing.map(|t| t.max_ms),

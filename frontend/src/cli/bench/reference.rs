@@ -1,5 +1,5 @@
 //! The hand-written reference kernels `kiln bench` times beside a workload's compiled code
-//! (issue 24's measure for the C tier): the AVX-512 softmax of
+//! (issue 24's measure for the C tier): the AVX-512 or AVX2 softmax of
 //! `kiln_codegen::cpu::c_tier::reference`, on the workload's own input, checked against
 //! eager once before it is timed.
 
@@ -21,7 +21,7 @@ pub struct Prepared {
 pub struct Outcome {
     /// the reference, when it runs here and matched eager
     pub prepared: Option<Prepared>,
-    /// why it does not (no AVX-512, no C compiler, a mismatch), for the report
+    /// why it does not (no AVX-512 or AVX2, no C compiler, a mismatch), for the report
     pub skipped: Option<String>,
 }
 

@@ -339,7 +339,7 @@ pub struct ReferenceRow {
     pub compile_ms: Option<f64>,
     /// the compiled function's median over the reference's
     pub compiled_over_reference: Option<f64>,
-    /// why it did not run (no AVX-512, no C compiler, a mismatch with eager)
+    /// why it did not run (no AVX-512 or AVX2, no C compiler, a mismatch with eager)
     pub skipped: Option<String>,
 }
 

@@ -457,7 +457,7 @@ mod tests {
         match &outcome.skipped {
             None => assert_eq!(m.reference.map(|t| t.runs), Some(3)),
             Some(why) => {
-                // no AVX-512 or no C compiler here: the rotation leaves the side out
+                // no AVX-512 or AVX2, or no C compiler here: the rotation leaves the side out
                 eprintln!("the reference did not run: {why}");
                 assert!(m.reference.is_none());
             }
