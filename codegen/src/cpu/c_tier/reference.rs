@@ -1,9 +1,9 @@
 //! Hand-written reference kernels that `kiln bench` measures kiln's own code against: what
 //! a person would write in C with the host's widest vector intrinsics (AVX-512, else AVX2
-//! with FMA) for one workload on this machine. They
-//! are built by the C tier's compiler with its flags (and cached as its kernels are), take
-//! the generated kernels' signature, and run over the same kernel pool with the same row
-//! split, so that a comparison measures the loop bodies alone.
+//! with FMA) for one workload on this machine. They are built by the C tier's compiler with
+//! its flags (and cached as its kernels are), take the generated kernels' signature, and run
+//! over the same kernel pool with the same row split, so that a comparison measures the loop
+//! bodies alone.
 
 use super::cache::Cache;
 use super::compiler::{build_kernel, CTierError, Compiler};
@@ -27,16 +27,23 @@ pub enum ReferenceIsa {
 
 impl ReferenceIsa {
     /// The widest one this host runs, if any.
+    #[cfg(target_arch = "x86_64")]
     pub fn of_host() -> Option<ReferenceIsa> {
-        host_isa()
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            Some(ReferenceIsa::Avx512)
+        } else if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            Some(ReferenceIsa::Avx2)
+        } else {
+            None
+        }
     }
 
-    /// Its name as the bench report prints it.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReferenceIsa::Avx512 => "AVX-512",
-            ReferenceIsa::Avx2 => "AVX2",
-        }
+    /// The widest one this host runs: none off x86-64.
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn of_host() -> Option<ReferenceIsa> {
+        None
     }
 
     /// What the softmax reference in these instructions is and where its source lives.
@@ -55,7 +62,6 @@ impl ReferenceIsa {
 /// A reference kernel over row-major f32 rows, made ready to run.
 pub struct RowReference {
     name: &'static str,
-    isa: ReferenceIsa,
     f: KernelFn,
     /// the time the C compiler took (zero when the object came from the cache)
     pub compile_time: Duration,
@@ -91,19 +97,14 @@ pub enum ReferenceError {
 /// flags; its cache is the C tier's (`KILN_CACHE_DIR`, else the default).
 pub fn softmax_reference() -> Result<RowReference, ReferenceError> {
     let name = "softmax_reference";
-    let isa = host_isa().ok_or(ReferenceError::NoVectorIsa(name))?;
-    let source = match isa {
+    let source = match ReferenceIsa::of_host().ok_or(ReferenceError::NoVectorIsa(name))? {
         ReferenceIsa::Avx512 => SOFTMAX_AVX512_SOURCE,
         ReferenceIsa::Avx2 => SOFTMAX_AVX2_SOURCE,
     };
-    build(name, isa, source)
+    build(name, source)
 }
 
-fn build(
-    name: &'static str,
-    isa: ReferenceIsa,
-    source: &str,
-) -> Result<RowReference, ReferenceError> {
+fn build(name: &'static str, source: &str) -> Result<RowReference, ReferenceError> {
     let compiler = Compiler::find()?;
     let dir = std::env::var_os("KILN_CACHE_DIR")
         .map(std::path::PathBuf::from)
@@ -112,39 +113,15 @@ fn build(
     let built = build_kernel(compiler, cache.as_ref(), name, source)?;
     Ok(RowReference {
         name,
-        isa,
         f: built.f,
         compile_time: built.compile_time,
     })
-}
-
-#[cfg(target_arch = "x86_64")]
-fn host_isa() -> Option<ReferenceIsa> {
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        Some(ReferenceIsa::Avx512)
-    } else if std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-    {
-        Some(ReferenceIsa::Avx2)
-    } else {
-        None
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn host_isa() -> Option<ReferenceIsa> {
-    None
 }
 
 impl RowReference {
     /// The reference's name.
     pub fn name(&self) -> &'static str {
         self.name
-    }
-
-    /// The instructions the built version is written in.
-    pub fn isa(&self) -> ReferenceIsa {
-        self.isa
     }
 
     /// Runs the kernel over `rows` contiguous rows of `cols` elements of `input` into
