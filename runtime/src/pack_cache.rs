@@ -7,12 +7,14 @@
 //! of a call (fresh storages every call) never fill the cache; a write to the storage (an
 //! optimizer step: every in-place write bumps the version) makes its copy stale, and the
 //! next read packs it again only if the storage then stays unchanged for two calls. Storages
-//! borrowed from another library (a PyTorch tensor's memory) are never cached: their writers
-//! do not bump kiln's version counter. The copies come from the caching allocator (they
-//! count in [`crate::allocator_stats`]), are bounded by [`MAX_BYTES`] (least recently used
-//! first out) and dropped by [`crate::empty_cache`].
+//! borrowed from another library (a PyTorch tensor's memory) are cached only when the lender
+//! vouches for their identity and version ([`ForeignPin`]: the backend's `pin_weights`
+//! passes a parameter's key and `_version`), since the lender's writes do not bump kiln's
+//! version counter; such an entry lives until [`forget_pinned`]. The copies come from the
+//! caching allocator (they count in [`crate::allocator_stats`]), are bounded by
+//! [`MAX_BYTES`] (least recently used first out) and dropped by [`crate::empty_cache`].
 
-use crate::storage::Storage;
+use crate::storage::{ForeignPin, Storage};
 use crate::tensor::{CpuTensor, Dims, Strides};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
@@ -20,21 +22,37 @@ use std::sync::{Arc, Weak};
 /// The most bytes the cached copies hold together; past it the least recently used go.
 pub const MAX_BYTES: usize = 1 << 30;
 
-/// One operand view seen before: its storage (weakly: the cache never keeps a storage
-/// alive), the view, the version it had, and its copy once it has been seen twice.
+/// Whose memory an entry copies.
+enum Owner {
+    /// kiln's own storage (weakly: the cache never keeps a storage alive)
+    Own(Weak<Storage>),
+    /// borrowed memory its lender vouches for: the lender's key and the memory's address
+    /// (each borrow is a new [`Storage`], so a weak reference would die with the call)
+    Pinned { key: u64, addr: usize },
+}
+
+/// One operand view seen before: whose memory, the view, the version it had (kiln's own
+/// counter; for pinned memory also the lender's), and its copy once it has been seen twice.
 struct Entry {
-    storage: Weak<Storage>,
+    owner: Owner,
     offset: usize,
     shape: Dims,
     strides: Strides,
-    version: u64,
+    version: (u64, u64),
     packed: Option<CpuTensor>,
     last_use: u64,
 }
 
 impl Entry {
     fn same_view(&self, t: &CpuTensor) -> bool {
-        std::ptr::eq(self.storage.as_ptr(), Arc::as_ptr(t.storage()))
+        let same_owner = match (&self.owner, t.storage().foreign_pin()) {
+            (Owner::Own(s), None) => std::ptr::eq(s.as_ptr(), Arc::as_ptr(t.storage())),
+            (Owner::Pinned { key, addr }, Some(pin)) => {
+                *key == pin.key && *addr == t.storage().elements_ptr() as usize
+            }
+            _ => false,
+        };
+        same_owner
             && self.offset == t.offset()
             && self.shape.as_slice() == t.shape()
             && self.strides.as_slice() == t.strides()
@@ -63,12 +81,13 @@ static CACHE: Mutex<Cache> = Mutex::new(Cache {
 /// A row-major copy of `t` (which is not row-major), from the cache when `t`'s storage
 /// and view were packed before and the storage has not been written since.
 pub(crate) fn row_major(t: &CpuTensor) -> CpuTensor {
-    if t.storage().is_foreign() {
+    if !is_cacheable(t) {
         return t.contiguous();
     }
     // read before packing: a write racing the copy leaves the copy newer than its label,
     // so at worst a later call packs again, never reads a stale copy
-    let version = t.storage().version();
+    let pin = t.storage().foreign_pin();
+    let version = (pin.map_or(0, |p| p.version), t.storage().version());
     let keep = {
         let mut c = CACHE.lock();
         c.tick += 1;
@@ -92,8 +111,15 @@ pub(crate) fn row_major(t: &CpuTensor) -> CpuTensor {
             }
             None => {
                 prune(&mut c);
+                let owner = match pin {
+                    None => Owner::Own(Arc::downgrade(t.storage())),
+                    Some(ForeignPin { key, .. }) => Owner::Pinned {
+                        key,
+                        addr: t.storage().elements_ptr() as usize,
+                    },
+                };
                 c.entries.push(Entry {
-                    storage: Arc::downgrade(t.storage()),
+                    owner,
                     offset: t.offset(),
                     shape: t.shape().into(),
                     strides: t.strides().into(),
@@ -112,11 +138,37 @@ pub(crate) fn row_major(t: &CpuTensor) -> CpuTensor {
     packed
 }
 
-/// Forgets the entries whose storage has gone (and frees their copies).
+/// True when copies of `t` may be kept: kiln's own storage, or borrowed memory whose lender
+/// vouches for it ([`ForeignPin`]).
+pub(crate) fn is_cacheable(t: &CpuTensor) -> bool {
+    !t.storage().is_foreign() || t.storage().foreign_pin().is_some()
+}
+
+/// Forgets the entries of the lender's tensor `key` ([`ForeignPin::key`]) and frees their
+/// copies: the lender calls it when the tensor goes (or its memory is written in a way its
+/// version does not show).
+pub fn forget_pinned(key: u64) {
+    let dropped: Vec<Entry> = {
+        let mut c = CACHE.lock();
+        let (gone, kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut c.entries)
+            .into_iter()
+            .partition(|e| matches!(e.owner, Owner::Pinned { key: k, .. } if k == key));
+        c.entries = kept;
+        c.bytes -= gone.iter().map(Entry::packed_bytes).sum::<usize>();
+        gone
+    };
+    drop(dropped);
+}
+
+/// Forgets the entries whose storage has gone (and frees their copies); pinned entries go
+/// by [`forget_pinned`].
 fn prune(c: &mut Cache) {
     let mut freed = 0;
     c.entries.retain(|e| {
-        let live = e.storage.strong_count() > 0;
+        let live = match &e.owner {
+            Owner::Own(s) => s.strong_count() > 0,
+            Owner::Pinned { .. } => true,
+        };
         if !live {
             freed += e.packed_bytes();
         }
@@ -127,7 +179,7 @@ fn prune(c: &mut Cache) {
 
 /// Keeps `packed` as the copy of `t` at `version` (unless the entry moved on meanwhile),
 /// then drops the least recently used copies while the total is over [`MAX_BYTES`].
-fn store(t: &CpuTensor, version: u64, packed: &CpuTensor) {
+fn store(t: &CpuTensor, version: (u64, u64), packed: &CpuTensor) {
     let bytes = packed.numel() * packed.dtype().size_bytes();
     if bytes > MAX_BYTES {
         return;
@@ -177,6 +229,7 @@ pub fn pack_cache_bytes() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln_ir::DType;
 
     fn transposed(rows: usize, cols: usize, seed: f32) -> CpuTensor {
         let vals: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.25 + seed).collect();
@@ -247,6 +300,78 @@ mod tests {
         assert!(cached(&w2));
         clear();
         assert!(!cached(&w2));
+        assert_eq!(pack_cache_bytes(), 0);
+
+        // borrowed memory: a new Storage on every borrow (as on every backend call)
+        let mem: Arc<Vec<f32>> = Arc::new((0..64 * 48).map(|i| i as f32 * 0.5).collect());
+        let borrow = |pin: Option<ForeignPin>| {
+            let owner = Box::new(mem.clone());
+            let ptr = mem.as_ptr() as *mut u8;
+            let (shape, strides) = ([64, 48], [1, 64]);
+            // SAFETY: `owner` keeps the Vec alive, nothing writes it
+            unsafe {
+                match pin {
+                    None => CpuTensor::from_foreign(
+                        ptr,
+                        DType::F32,
+                        64 * 48,
+                        &shape,
+                        &strides,
+                        0,
+                        owner,
+                    ),
+                    Some(p) => CpuTensor::from_foreign_pinned(
+                        ptr,
+                        DType::F32,
+                        64 * 48,
+                        &shape,
+                        &strides,
+                        0,
+                        owner,
+                        p,
+                    ),
+                }
+            }
+            .unwrap()
+        };
+        // unpinned: copied every time, never kept
+        for _ in 0..3 {
+            let t = borrow(None);
+            assert_eq!(values(&row_major(&t)), values(&t));
+            assert!(!cached(&t));
+        }
+        // pinned: kept from the second borrow at the same version, across borrows
+        let pin = ForeignPin {
+            key: u64::MAX - 7,
+            version: 3,
+        };
+        let first = row_major(&borrow(Some(pin)));
+        assert!(!cached(&borrow(Some(pin))));
+        let kept = row_major(&borrow(Some(pin)));
+        assert!(cached(&borrow(Some(pin))));
+        let again = row_major(&borrow(Some(pin)));
+        assert!(
+            again.shares_storage(&kept),
+            "the kept copy serves a later borrow"
+        );
+        assert!(!first.shares_storage(&kept));
+        assert_eq!(values(&again), values(&borrow(None)));
+        // another key at the same address is other memory
+        let other = ForeignPin {
+            key: u64::MAX - 8,
+            version: 3,
+        };
+        assert!(!cached(&borrow(Some(other))));
+        // a new lender version: packed again, the old copy dropped
+        let newer = ForeignPin { version: 4, ..pin };
+        assert!(!row_major(&borrow(Some(newer))).shares_storage(&kept));
+        assert!(!cached(&borrow(Some(pin))));
+        assert!(!cached(&borrow(Some(newer))));
+        row_major(&borrow(Some(newer)));
+        assert!(cached(&borrow(Some(newer))));
+        // forgetting the key drops its copies
+        forget_pinned(newer.key);
+        assert!(!cached(&borrow(Some(newer))));
         assert_eq!(pack_cache_bytes(), 0);
     }
 }

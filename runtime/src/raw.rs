@@ -1,7 +1,7 @@
 //! Raw access for generated code: tensors whose elements a compiled kernel writes before
 //! anything reads them, element addresses, and read locks held while a kernel runs.
 
-use crate::storage::{Buf, Storage};
+use crate::storage::{Buf, ForeignPin, Storage};
 use crate::tensor::{checked_numel, CpuTensor};
 use crate::RuntimeError;
 use kiln_ir::DType;
@@ -99,6 +99,32 @@ impl CpuTensor {
         let flat = CpuTensor::from_storage(storage, &[storage_len]);
         flat.with_layout(shape, strides, offset)
             .map_err(|e| e.renamed("from_foreign"))
+    }
+
+    /// [`CpuTensor::from_foreign`] where the lender vouches for the memory's identity and
+    /// version ([`ForeignPin`]): kiln may then keep a packed copy of it (a transposed
+    /// weight) from call to call while `pin.key` and `pin.version` stay the same.
+    ///
+    /// # Safety
+    /// As [`CpuTensor::from_foreign`]; and the memory must not change while `pin.version`
+    /// stays the same, nor `pin.key` name other memory before [`crate::forget_pinned`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn from_foreign_pinned(
+        ptr: *mut u8,
+        dtype: DType,
+        storage_len: usize,
+        shape: &[usize],
+        strides: &[isize],
+        offset: usize,
+        owner: Box<dyn Send + Sync>,
+        pin: ForeignPin,
+    ) -> Result<CpuTensor, RuntimeError> {
+        // SAFETY: the caller's contract.
+        let storage =
+            unsafe { Storage::from_foreign(ptr, storage_len, dtype, owner)? }.with_pin(pin);
+        let flat = CpuTensor::from_storage(storage, &[storage_len]);
+        flat.with_layout(shape, strides, offset)
+            .map_err(|e| e.renamed("from_foreign_pinned"))
     }
 
     /// A contiguous copy with storage of its own.

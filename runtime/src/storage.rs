@@ -65,6 +65,21 @@ pub struct Storage {
     version: AtomicU64,
     /// the memory is borrowed from another library (whose writes kiln does not see)
     foreign: bool,
+    /// the lender's identity and version of borrowed memory, when it vouches for them
+    pin: Option<ForeignPin>,
+}
+
+/// What the lender of foreign memory ([`Storage::from_foreign`]) vouches for, so that kiln
+/// may keep packed copies of it between calls (a PyTorch parameter's transposed weight):
+/// `key` names the lender's tensor for its lifetime (never reused for another; the lender
+/// calls [`crate::forget_pinned`] when the tensor goes), `version` changes with every write
+/// to its memory (PyTorch's `_version`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForeignPin {
+    /// the lender's tensor, unique for the process's lifetime
+    pub key: u64,
+    /// the lender's write counter for that memory at this borrow
+    pub version: u64,
 }
 
 impl std::fmt::Debug for Storage {
@@ -159,6 +174,7 @@ impl Storage {
             len,
             version: AtomicU64::new(0),
             foreign: false,
+            pin: None,
         }
     }
 
@@ -186,6 +202,21 @@ impl Storage {
     /// that library's writes do not bump the version counter.
     pub fn is_foreign(&self) -> bool {
         self.foreign
+    }
+
+    /// The lender's identity and version of foreign memory, where it vouches for them
+    /// ([`Storage::with_pin`]); None for kiln's own storages and unpinned foreign ones.
+    pub fn foreign_pin(&self) -> Option<ForeignPin> {
+        self.pin
+    }
+
+    /// This foreign storage with the lender's identity and version (ignored for kiln's own
+    /// storages, whose version counter already sees every write).
+    pub(crate) fn with_pin(mut self, pin: ForeignPin) -> Storage {
+        if self.foreign {
+            self.pin = Some(pin);
+        }
+        self
     }
 
     /// The version counter: bumped by every in-place write (for autograd's checks).

@@ -143,8 +143,8 @@ fn repacked(a: CpuTensor, b: CpuTensor) -> (CpuTensor, CpuTensor) {
 }
 
 /// [`repacked`]; with `keep_weights` (the compiled kernels), the copies of kiln's own
-/// storages come from [`crate::pack_cache`], so that a weight is transposed once, not every
-/// call.
+/// storages (and of pinned borrowed ones) come from [`crate::pack_cache`], so that a weight
+/// is transposed once, not every call.
 fn repacked_with(a: CpuTensor, b: CpuTensor, keep_weights: bool) -> (CpuTensor, CpuTensor) {
     let copy = |t: &CpuTensor| {
         if keep_weights {
@@ -162,7 +162,7 @@ fn repacked_with(a: CpuTensor, b: CpuTensor, keep_weights: bool) -> (CpuTensor, 
     // 3-6% slower copied every call, 2-5% faster copied once and kept)
     let items = batch_layout(&a, &b).0.iter().product::<usize>().max(1);
     let served = |t: &CpuTensor| {
-        if keep_weights && !t.storage().is_foreign() {
+        if keep_weights && crate::pack_cache::is_cacheable(t) {
             items / t.shape()[..t.rank() - 2].iter().product::<usize>().max(1)
         } else {
             1
