@@ -7,11 +7,14 @@ registers it as a torch.compile backend (entry point group ``torch_dynamo_backen
 >>> f = torch.compile(lambda x: torch.relu(x) * 2, backend="kiln")
 >>> f(torch.randn(4))                                    # doctest: +SKIP
 
-``kiln.backend(device=..., mode=...)`` makes a backend with options; ``kiln.explain(fn,
-*args)`` says which ops of ``fn`` kiln runs and which fall back to eager PyTorch, and why.
+``kiln.backend(device=..., mode=..., pin_weights=...)`` makes a backend with options
+(``pin_weights``: keep packed copies of parameters between calls; ``kiln.forget_weights()``
+drops them); ``kiln.explain(fn, *args)`` says which ops of ``fn`` kiln runs and which fall
+back to eager PyTorch, and why.
 """
 
 from ._native import KilnError, version as __version__
-from .backend import ExplainReport, backend, explain, kiln_backend
+from .backend import ExplainReport, backend, explain, forget_weights, kiln_backend
 
-__all__ = ["ExplainReport", "KilnError", "backend", "explain", "kiln_backend", "__version__"]
+__all__ = ["ExplainReport", "KilnError", "backend", "explain", "forget_weights", "kiln_backend",
+           "__version__"]

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 import operator
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -121,22 +123,51 @@ class _KilnGraph:
     """A kiln graph called with FX placeholder values: picks its inputs, describes them to
     the native side, and adopts its outputs."""
 
-    def __init__(self, gm: torch.fx.GraphModule, tr: fx_to_kir.Translation, tier: str):
+    def __init__(self, gm: torch.fx.GraphModule, tr: fx_to_kir.Translation, tier: str,
+                 pin: bool = False):
         self.translation = tr
         self.compiled = _native.compile(tr.kir, "cpu", tier)
         self.attrs = [fx_to_kir._fetch_attr(gm, t) for t in tr.attr_targets]
+        self.pin = pin
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         specs = []
         for index in self.translation.placeholder_index:
             t = args[index] if index >= 0 else self.attrs[-1 - index]
-            specs.append(_describe(t))
+            specs.append(_describe(t, self.pin))
         return [from_dlpack(c) for c in self.compiled(specs)]
 
 
-def _describe(t: torch.Tensor) -> tuple:
+_pin_keys: dict[int, int] = {}
+"""``id(parameter)`` -> its pin key, while the parameter lives (a finalizer removes it)."""
+_next_pin_key = itertools.count(1)
+
+
+def _forget_pin(ident: int, key: int) -> None:
+    if _pin_keys.get(ident) == key:
+        del _pin_keys[ident]
+    _native.forget_pinned(key)
+
+
+def _pin_of(t: torch.Tensor) -> Optional[tuple]:
+    """``(key, version)`` for a parameter under ``pin_weights``: a key of its own for its
+    lifetime (never reused: counted, and dropped with kiln's copies when it is freed) and its
+    ``_version``. None for other tensors, and for inference tensors (made under
+    ``torch.inference_mode``: they count no versions, so a write could not be seen)."""
+    if not isinstance(t, torch.nn.Parameter) or t.is_inference():
+        return None
+    key = _pin_keys.get(id(t))
+    if key is None:
+        key = next(_next_pin_key)
+        _pin_keys[id(t)] = key
+        weakref.finalize(t, _forget_pin, id(t), key)
+    return (key, t._version)
+
+
+def _describe(t: torch.Tensor, pin: bool = False) -> tuple:
     """A tensor as ``_native`` borrows it: storage address, dtype, sizes, strides, storage
-    offset, storage elements, and the tensor (held while kiln uses its memory)."""
+    offset, storage elements, the tensor (held while kiln uses its memory), and its pin
+    (:func:`_pin_of`, with ``pin``; else None)."""
     if t.device.type != "cpu" or t.layout != torch.strided or t.is_neg() or t.is_conj():
         # never read memory whose meaning differs from its bytes (sparse layouts, lazy
         # negation or conjugation bits)
@@ -145,7 +176,8 @@ def _describe(t: torch.Tensor) -> tuple:
             f"{', a negated view' if t.is_neg() else ''}{', a conjugated view' if t.is_conj() else ''}")
     storage = t.untyped_storage()
     return (storage.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride()),
-            t.storage_offset(), storage.nbytes() // t.element_size(), t)
+            t.storage_offset(), storage.nbytes() // t.element_size(), t,
+            _pin_of(t) if pin else None)
 
 
 class _KilnModule(torch.nn.Module):
@@ -184,7 +216,7 @@ def _count_ops(gm: torch.fx.GraphModule) -> int:
 
 
 def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: str,
-                report: ExplainReport) -> Callable:
+                report: ExplainReport, pin: bool = False) -> Callable:
     """Compiles one aot_autograd graph: whole when kiln supports every node, else by
     partitions."""
     report.graphs += 1
@@ -203,7 +235,8 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: s
         kept = _strip_outputs(stripped)
         if kept is not None:
             try:
-                graph = _KilnGraph(stripped, fx_to_kir.translate(stripped, "torch"), tier)
+                graph = _KilnGraph(stripped, fx_to_kir.translate(stripped, "torch"), tier,
+                                   pin)
             except (fx_to_kir.Unsupported, _native.KilnError) as e:
                 log.warning("kiln: the whole graph did not translate (%s); partitioning", e)
             else:
@@ -218,11 +251,11 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: s
                     return full
 
                 return run
-    return _compile_partitions(gm, support, tier, report)
+    return _compile_partitions(gm, support, tier, report, pin)
 
 
 def _compile_partitions(gm: torch.fx.GraphModule, support: _Support, tier: str,
-                        report: ExplainReport) -> Callable:
+                        report: ExplainReport, pin: bool = False) -> Callable:
     """The supported runs of ``gm`` as kiln graphs, the rest eager."""
     fused = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True
                                        ).partition_and_fuse()
@@ -238,7 +271,7 @@ def _compile_partitions(gm: torch.fx.GraphModule, support: _Support, tier: str,
             out_node.args = ((out,),)
             sub.recompile()
         try:
-            graph = _KilnGraph(sub, fx_to_kir.translate(sub, "torch"), tier)
+            graph = _KilnGraph(sub, fx_to_kir.translate(sub, "torch"), tier, pin)
         except (fx_to_kir.Unsupported, _native.KilnError) as e:
             log.warning("kiln: a partition of %d ops stays in eager PyTorch: %s", ops, e)
             report.eager_nodes += ops
@@ -254,12 +287,20 @@ def _compile_partitions(gm: torch.fx.GraphModule, support: _Support, tier: str,
     return fused
 
 
-def backend(device: str = "cpu", mode: Optional[str] = None,
+def backend(device: str = "cpu", mode: Optional[str] = None, pin_weights: bool = False,
             _report: Optional[ExplainReport] = None) -> Callable:
     """A torch.compile backend running on ``device`` (``"cpu"``; ``"cuda"`` graphs run in
     eager PyTorch for now, logged) with ``mode`` (``None``/``"default"``: Cranelift code at
     once, hot kernels moved to the C tier in the background; ``"max-autotune"``: every
-    kernel built by the C compiler at its first call; ``"cranelift"``: Cranelift only)."""
+    kernel built by the C compiler at its first call; ``"cranelift"``: Cranelift only).
+
+    ``pin_weights`` (off by default; what inductor's ``freezing`` is for): kiln keeps its
+    packed copies of ``nn.Parameter`` inputs (a Linear's ``wᵀ`` as a row-major matrix) from
+    call to call, reused while the parameter's ``_version`` is unchanged, so each weight is
+    transposed once, not on every call. Writes through the parameter (an optimizer step, a
+    ``copy_`` under ``no_grad``) bump ``_version`` and are seen; writes that do not (through
+    ``p.data``, or a NumPy array sharing its memory) are not: after such a write, call
+    :func:`kiln.forget_weights` (or leave ``pin_weights`` off)."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"kiln.backend: device {device!r} is not 'cpu' or 'cuda'")
     if mode not in _MODES:
@@ -278,7 +319,7 @@ def backend(device: str = "cpu", mode: Optional[str] = None,
             report.graphs += 1
             report.eager_nodes += _count_ops(gm)
             return gm
-        return _compile_fx(gm, example_inputs, tier, report)
+        return _compile_fx(gm, example_inputs, tier, report, pin_weights)
 
     return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
                         decompositions=decompositions())
@@ -311,3 +352,10 @@ def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:
     torch.compile(fn, backend=backend(_report=report))(*args, **kwargs)
     torch._dynamo.reset()
     return report
+
+
+def forget_weights() -> None:
+    """Drops kiln's kept copies of every pinned parameter (``backend(pin_weights=True)``): the
+    next calls pack them again. Needed after writes ``_version`` does not show (``p.data``)."""
+    for ident, key in list(_pin_keys.items()):
+        _forget_pin(ident, key)

@@ -1,6 +1,7 @@
 """`python -m kiln.bench`: kiln bench's forward workloads (kiln/workloads.py: the public
 workloads and MiniLM-L6) as torch eager, `torch.compile(backend="inductor")` and
-`torch.compile(backend="kiln")`, each case in its own fresh process, and the ratios.
+`torch.compile(backend="kiln")` (and, as the side `kiln-pinned`,
+`backend=kiln.backend(pin_weights=True)`), each case in its own fresh process, and the ratios.
 
 Each case runs with 2 threads under torch.inference_mode(), by default with glibc told to
 keep freed memory (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000`, the "NF"
@@ -34,7 +35,9 @@ import torch
 
 from .workloads import WORKLOADS, build, timed_runs, tolerance
 
-SIDES = {"eager": "torch eager", "inductor": "inductor", "kiln": "kiln"}
+SIDES = {"eager": "torch eager", "inductor": "inductor", "kiln": "kiln",
+         "kiln-pinned": "kiln pinned"}
+KILN_SIDES = ("kiln", "kiln-pinned")
 NF_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "1000000000000"}
 THREADS = 2
 
@@ -56,16 +59,22 @@ def child(name, side, min_runs, min_secs, out):
     torch.manual_seed(0)
     model, inputs = build(name)
     model.eval()
-    if side == "kiln":
+    if side in KILN_SIDES:
         from . import _native
-    fn = model if side == "eager" else torch.compile(model, backend=side)
+        from .backend import backend
+    if side == "eager":
+        fn = model
+    elif side == "kiln-pinned":
+        fn = torch.compile(model, backend=backend(pin_weights=True))
+    else:
+        fn = torch.compile(model, backend=side)
     full_speed = None
     with torch.inference_mode():
         t = time.perf_counter()
         fn(*inputs)
         first = time.perf_counter() - t
         timed_runs(lambda: fn(*inputs), 3, 0.2)  # warm-up
-        if side == "kiln":
+        if side in KILN_SIDES:
             # steady state: the hot kernels moved to the C tier (compiled in the background)
             _native.wait_for_c_tier(300.0)
             full_speed = time.perf_counter() - t
@@ -126,14 +135,15 @@ def ms(v):
 
 
 def table(rows, sides):
-    """One line per workload: each side's median (min–max) ms, kiln's speedup over each
-    other side, the compiled sides' first calls, kiln's time to full speed, the checks."""
+    """One line per workload: each side's median (min–max) ms, each kiln side's speedup over
+    each other side, the compiled sides' first calls, kiln's time to full speed, the
+    checks."""
+    kilns = [s for s in sides if s in KILN_SIDES]
+    peers = [s for s in sides if s not in KILN_SIDES]
     head = ["workload"] + [f"{SIDES[s]} ms" for s in sides]
-    if "kiln" in sides:
-        head += [f"kiln vs {SIDES[s]}" for s in sides if s != "kiln"]
+    head += [f"{SIDES[k]} vs {SIDES[s]}" for k in kilns for s in peers]
     head += [f"{SIDES[s]} 1st call s" for s in sides if s != "eager"]
-    if "kiln" in sides:
-        head.append("kiln full speed s")
+    head += [f"{SIDES[k]} full speed s" for k in kilns]
     head += ["check", "others' CPU"]
     by = {(r["workload"], r["side"]): r for r in rows}
     body = []
@@ -142,11 +152,9 @@ def table(rows, sides):
         got = [by.get((w, s)) for s in sides]
         cells += [f"{ms(r['median_ms'])} ({ms(r['min_ms'])}–{ms(r['max_ms'])})"
                   if r and "error" not in r else "ERROR" for r in got]
-        k = by.get((w, "kiln"))
-        if "kiln" in sides:
-            for s in sides:
-                if s == "kiln":
-                    continue
+        for ks in kilns:
+            k = by.get((w, ks))
+            for s in peers:
                 o = by.get((w, s))
                 ok = k and o and "error" not in k and "error" not in o
                 cells.append(f"{o['median_ms'] / k['median_ms']:.2f}x" if ok else "-")
@@ -154,7 +162,8 @@ def table(rows, sides):
             if s != "eager":
                 r = by.get((w, s))
                 cells.append(f"{r['first_call_ms'] / 1e3:.2f}" if r and "error" not in r else "-")
-        if "kiln" in sides:
+        for ks in kilns:
+            k = by.get((w, ks))
             fs = k.get("full_speed_s") if k else None
             cells.append(f"{fs:.2f}" if fs is not None else "-")
         bad = [SIDES[s] for s, r in zip(sides, got) if not r or not r.get("verified")]
@@ -181,7 +190,9 @@ def main():
     ap.add_argument("workloads", nargs="*", metavar="WORKLOAD",
                     help=f"a subset of {', '.join(WORKLOADS)} (default: all)")
     ap.add_argument("--sides", default="eager,inductor,kiln",
-                    help="comma-separated sides to run (default: eager,inductor,kiln)")
+                    help="comma-separated sides to run, of eager, inductor, kiln and "
+                         "kiln-pinned (kiln.backend(pin_weights=True)); default: "
+                         "eager,inductor,kiln")
     ap.add_argument("--min-secs", type=float, default=1.0,
                     help="time at least this many seconds per case (default 1)")
     ap.add_argument("--min-runs", type=int, default=20,

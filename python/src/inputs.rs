@@ -9,7 +9,10 @@ use pyo3::prelude::*;
 use std::str::FromStr;
 
 /// One input as Python describes it: `(storage address, kiln dtype name, sizes, strides,
-/// storage offset, storage element count, the tensor object to hold)`.
+/// storage offset, storage element count, the tensor object to hold, the pin)`. The pin,
+/// `(key, version)` or None, is given for a parameter under the backend's `pin_weights`: the
+/// key names the parameter for its lifetime, the version is its `_version`, and kiln may
+/// keep packed copies of it while both stay the same ([`kiln_runtime::ForeignPin`]).
 pub(crate) type InputSpec = (
     usize,
     String,
@@ -18,6 +21,7 @@ pub(crate) type InputSpec = (
     usize,
     usize,
     Py<PyAny>,
+    Option<(u64, u64)>,
 );
 
 /// Keeps a PyTorch tensor alive while kiln views its memory. Dropping it without the
@@ -26,23 +30,52 @@ struct Owner(#[allow(dead_code)] Py<PyAny>);
 
 /// A kiln tensor viewing the memory `spec` describes.
 pub(crate) fn borrow(index: usize, spec: InputSpec) -> PyResult<Tensor> {
-    let (ptr, dtype, shape, strides, offset, storage_len, owner) = spec;
+    let (ptr, dtype, shape, strides, offset, storage_len, owner, pin) = spec;
     let dtype = DType::from_str(&dtype).map_err(|e| crate::to_py(format!("input {index}: {e}")))?;
     // SAFETY: the address and element count are those of the tensor's own storage (read by
     // kiln/backend.py from `untyped_storage()`), which `owner` keeps alive; kiln's compiled
     // graphs are functional and never write their inputs; PyTorch does not write them while
-    // the call runs (the caller waits for it).
+    // the call runs (the caller waits for it). A pin's key is never reused (kiln/backend.py
+    // counts them) and is forgotten when its parameter goes; its version is the parameter's
+    // `_version`, which every write through the parameter bumps (the contract `pin_weights`
+    // documents for the writes that do not: `.data`).
+    let owner = Box::new(Owner(owner));
     let t = unsafe {
-        CpuTensor::from_foreign(
-            ptr as *mut u8,
-            dtype,
-            storage_len,
-            &shape,
-            &strides,
-            offset,
-            Box::new(Owner(owner)),
-        )
+        match pin {
+            None => CpuTensor::from_foreign(
+                ptr as *mut u8,
+                dtype,
+                storage_len,
+                &shape,
+                &strides,
+                offset,
+                owner,
+            ),
+            Some((key, version)) => CpuTensor::from_foreign_pinned(
+                ptr as *mut u8,
+                dtype,
+                storage_len,
+                &shape,
+                &strides,
+                offset,
+                owner,
+                kiln_runtime::ForeignPin { key, version },
+            ),
+        }
     }
     .map_err(|e| crate::to_py(format!("input {index}: {e}")))?;
     Ok(Tensor::from_cpu(t))
+}
+
+/// Drops kiln's packed copies of the parameter pinned as `key` (kiln/backend.py calls it when
+/// the parameter is freed).
+#[pyfunction]
+pub(crate) fn forget_pinned(key: u64) {
+    kiln_runtime::forget_pinned(key);
+}
+
+/// Bytes kiln's packed weight copies hold now (pinned parameters' included).
+#[pyfunction]
+pub(crate) fn pack_cache_bytes() -> usize {
+    kiln_runtime::pack_cache_bytes()
 }

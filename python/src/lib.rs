@@ -27,14 +27,16 @@ pub(crate) fn to_py(e: impl std::fmt::Display) -> PyErr {
     KilnError::new_err(e.to_string())
 }
 
-/// The module: `compile`, `verify`, `Compiled`, `tiers`, `wait_for_c_tier`, `KilnError`,
-/// `version`.
+/// The module: `compile`, `verify`, `Compiled`, `tiers`, `wait_for_c_tier`,
+/// `forget_pinned`, `pack_cache_bytes`, `KilnError`, `version`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::verify, m)?)?;
     m.add_function(wrap_pyfunction!(tiers::tiers, m)?)?;
     m.add_function(wrap_pyfunction!(tiers::wait_for_c_tier, m)?)?;
+    m.add_function(wrap_pyfunction!(inputs::forget_pinned, m)?)?;
+    m.add_function(wrap_pyfunction!(inputs::pack_cache_bytes, m)?)?;
     m.add_class::<compiled::Compiled>()?;
     m.add("KilnError", m.py().get_type::<KilnError>())?;
     m.add("version", env!("CARGO_PKG_VERSION"))?;
