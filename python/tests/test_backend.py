@@ -228,7 +228,7 @@ def test_the_native_bridge_borrows_inputs_and_lends_outputs(backend):
     g = _native.compile(NATIVE_T, backend)
     base = torch.arange(12, dtype=torch.float32)
     x = base[3:9].view(2, 3)  # offset 3 into base's storage
-    spec = (base.untyped_storage().data_ptr(), "f32", [2, 3], [3, 1], 3, 12, x)
+    spec = (base.untyped_storage().data_ptr(), "f32", [2, 3], [3, 1], 3, 12, x, None)
     t, y = (from_dlpack(c) for c in g([spec]))
     torch.testing.assert_close(t, x.t())
     torch.testing.assert_close(y, x * 2)
@@ -245,13 +245,15 @@ def test_native_errors_are_kiln_errors_naming_the_problem():
         _native.compile("graph @broken(%x: f32[2]) -> f32[2] { %0 = frobnicate %x : f32[2]\n return %0 }")
     g = _native.compile(NATIVE_T)
     x = torch.randn(4, 3)
-    spec = (x.untyped_storage().data_ptr(), "f32", [4, 3], [3, 1], 0, 12, x)
+    spec = (x.untyped_storage().data_ptr(), "f32", [4, 3], [3, 1], 0, 12, x, None)
     with pytest.raises(kiln.KilnError, match=r"f32\[2,3\]"):
         g([spec])
     # a layout reaching outside the storage is refused before anything reads it
-    bad = (x.untyped_storage().data_ptr(), "f32", [2, 3], [3, 1], 8, 12, x)
+    bad = (x.untyped_storage().data_ptr(), "f32", [2, 3], [3, 1], 8, 12, x, None)
     with pytest.raises(kiln.KilnError, match="outside"):
         g([bad])
+    with pytest.raises(kiln.KilnError, match="outside"):
+        g([bad[:7] + ((1 << 40, 0),)])  # pinned (pin_weights) the same
     with pytest.raises(kiln.KilnError, match="tier"):
         _native.compile(NATIVE_T, "cpu", "fastest")
 
