@@ -32,6 +32,8 @@ struct Owner(#[allow(dead_code)] Py<PyAny>);
 pub(crate) fn borrow(index: usize, spec: InputSpec) -> PyResult<Tensor> {
     let (ptr, dtype, shape, strides, offset, storage_len, owner, pin) = spec;
     let dtype = DType::from_str(&dtype).map_err(|e| crate::to_py(format!("input {index}: {e}")))?;
+    let owner = Box::new(Owner(owner));
+    let pin = pin.map(|(key, version)| kiln_runtime::ForeignPin { key, version });
     // SAFETY: the address and element count are those of the tensor's own storage (read by
     // kiln/backend.py from `untyped_storage()`), which `owner` keeps alive; kiln's compiled
     // graphs are functional and never write their inputs; PyTorch does not write them while
@@ -39,29 +41,17 @@ pub(crate) fn borrow(index: usize, spec: InputSpec) -> PyResult<Tensor> {
     // counts them) and is forgotten when its parameter goes; its version is the parameter's
     // `_version`, which every write through the parameter bumps (the contract `pin_weights`
     // documents for the writes that do not: `.data`).
-    let owner = Box::new(Owner(owner));
     let t = unsafe {
-        match pin {
-            None => CpuTensor::from_foreign(
-                ptr as *mut u8,
-                dtype,
-                storage_len,
-                &shape,
-                &strides,
-                offset,
-                owner,
-            ),
-            Some((key, version)) => CpuTensor::from_foreign_pinned(
-                ptr as *mut u8,
-                dtype,
-                storage_len,
-                &shape,
-                &strides,
-                offset,
-                owner,
-                kiln_runtime::ForeignPin { key, version },
-            ),
-        }
+        CpuTensor::from_foreign_pinned(
+            ptr as *mut u8,
+            dtype,
+            storage_len,
+            &shape,
+            &strides,
+            offset,
+            owner,
+            pin,
+        )
     }
     .map_err(|e| crate::to_py(format!("input {index}: {e}")))?;
     Ok(Tensor::from_cpu(t))

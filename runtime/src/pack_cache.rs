@@ -310,27 +310,16 @@ mod tests {
             let (shape, strides) = ([64, 48], [1, 64]);
             // SAFETY: `owner` keeps the Vec alive, nothing writes it
             unsafe {
-                match pin {
-                    None => CpuTensor::from_foreign(
-                        ptr,
-                        DType::F32,
-                        64 * 48,
-                        &shape,
-                        &strides,
-                        0,
-                        owner,
-                    ),
-                    Some(p) => CpuTensor::from_foreign_pinned(
-                        ptr,
-                        DType::F32,
-                        64 * 48,
-                        &shape,
-                        &strides,
-                        0,
-                        owner,
-                        p,
-                    ),
-                }
+                CpuTensor::from_foreign_pinned(
+                    ptr,
+                    DType::F32,
+                    64 * 48,
+                    &shape,
+                    &strides,
+                    0,
+                    owner,
+                    pin,
+                )
             }
             .unwrap()
         };

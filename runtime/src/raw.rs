@@ -95,19 +95,29 @@ impl CpuTensor {
         owner: Box<dyn Send + Sync>,
     ) -> Result<CpuTensor, RuntimeError> {
         // SAFETY: the caller's contract.
-        let storage = unsafe { Storage::from_foreign(ptr, storage_len, dtype, owner)? };
-        let flat = CpuTensor::from_storage(storage, &[storage_len]);
-        flat.with_layout(shape, strides, offset)
-            .map_err(|e| e.renamed("from_foreign"))
+        unsafe {
+            CpuTensor::from_foreign_pinned(
+                ptr,
+                dtype,
+                storage_len,
+                shape,
+                strides,
+                offset,
+                owner,
+                None,
+            )
+        }
+        .map_err(|e| e.renamed("from_foreign"))
     }
 
-    /// [`CpuTensor::from_foreign`] where the lender vouches for the memory's identity and
-    /// version ([`ForeignPin`]): kiln may then keep a packed copy of it (a transposed
-    /// weight) from call to call while `pin.key` and `pin.version` stay the same.
+    /// [`CpuTensor::from_foreign`] where the lender may vouch for the memory's identity and
+    /// version ([`ForeignPin`]; None: it does not): kiln may then keep a packed copy of it (a
+    /// transposed weight) from call to call while `pin.key` and `pin.version` stay the same.
     ///
     /// # Safety
-    /// As [`CpuTensor::from_foreign`]; and the memory must not change while `pin.version`
-    /// stays the same, nor `pin.key` name other memory before [`crate::forget_pinned`].
+    /// As [`CpuTensor::from_foreign`]; and with a pin, the memory must not change while
+    /// `pin.version` stays the same, nor `pin.key` name other memory before
+    /// [`crate::forget_pinned`].
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn from_foreign_pinned(
         ptr: *mut u8,
@@ -117,11 +127,13 @@ impl CpuTensor {
         strides: &[isize],
         offset: usize,
         owner: Box<dyn Send + Sync>,
-        pin: ForeignPin,
+        pin: Option<ForeignPin>,
     ) -> Result<CpuTensor, RuntimeError> {
         // SAFETY: the caller's contract.
-        let storage =
-            unsafe { Storage::from_foreign(ptr, storage_len, dtype, owner)? }.with_pin(pin);
+        let mut storage = unsafe { Storage::from_foreign(ptr, storage_len, dtype, owner)? };
+        if let Some(pin) = pin {
+            storage = storage.with_pin(pin);
+        }
         let flat = CpuTensor::from_storage(storage, &[storage_len]);
         flat.with_layout(shape, strides, offset)
             .map_err(|e| e.renamed("from_foreign_pinned"))
