@@ -183,6 +183,18 @@ def table(rows, sides):
     return "\n".join(lines)
 
 
+def native_build_profile():
+    """How kiln's native module was built: "release" or "debug" (see `_native.build_profile`)."""
+    from . import _native
+    return _native.build_profile
+
+
+def native_path():
+    """The file kiln's native module was loaded from."""
+    from . import _native
+    return _native.__file__
+
+
 def main():
     ap = argparse.ArgumentParser(
         prog="python -m kiln.bench",
@@ -203,6 +215,9 @@ def main():
     ap.add_argument("--warm-cache", action="store_true",
                     help="let inductor use its usual cache (default: a fresh empty one per "
                          "case, so its first call is a cold compile)")
+    ap.add_argument("--allow-debug-build", action="store_true",
+                    help="time kiln even when its native module is a debug build (several "
+                         "times slower: its figures say nothing about kiln's speed)")
     ap.add_argument("--child", nargs=3, metavar=("WORKLOAD", "SIDE", "OUT"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -217,7 +232,16 @@ def main():
     sides = [s for s in args.sides.split(",") if s]
     if not sides or any(s not in SIDES for s in sides):
         ap.error(f"--sides takes a comma-separated subset of {', '.join(SIDES)}")
-    print(f"torch {torch.__version__}, {THREADS} threads, "
+    profile = native_build_profile()
+    kiln_sides = [s for s in sides if s in KILN_SIDES]
+    if profile != "release" and kiln_sides:
+        message = (f"kiln's native module ({native_path()}) is a {profile} build, several times "
+                   "slower than a release one; install a release wheel first "
+                   "(pip install --no-build-isolation ./python)")
+        if not args.allow_debug_build:
+            ap.error(message + ", or pass --allow-debug-build")
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+    print(f"torch {torch.__version__}, kiln {profile} build, {THREADS} threads, "
           f"{'NF malloc settings' if not args.no_nf else 'default malloc'}, "
           f"at least {args.min_runs} runs and {args.min_secs:g} s per case, "
           f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} cpus)", flush=True)

@@ -27,8 +27,17 @@ pub(crate) fn to_py(e: impl std::fmt::Display) -> PyErr {
     KilnError::new_err(e.to_string())
 }
 
+/// How this module was built: `"debug"` for a build with debug assertions (cargo's dev
+/// profile, as `maturin develop` and CI's test wheel build it: several times slower), else
+/// `"release"`. `python -m kiln.bench` refuses to time a debug build.
+const BUILD_PROFILE: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
+
 /// The module: `compile`, `verify`, `Compiled`, `tiers`, `wait_for_c_tier`,
-/// `forget_pinned`, `pack_cache_bytes`, `KilnError`, `version`.
+/// `forget_pinned`, `pack_cache_bytes`, `KilnError`, `version`, `build_profile`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
@@ -40,5 +49,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<compiled::Compiled>()?;
     m.add("KilnError", m.py().get_type::<KilnError>())?;
     m.add("version", env!("CARGO_PKG_VERSION"))?;
+    m.add("build_profile", BUILD_PROFILE)?;
     Ok(())
 }
