@@ -233,8 +233,7 @@ def main():
     if not sides or any(s not in SIDES for s in sides):
         ap.error(f"--sides takes a comma-separated subset of {', '.join(SIDES)}")
     profile = native_build_profile()
-    kiln_sides = [s for s in sides if s in KILN_SIDES]
-    if profile != "release" and kiln_sides:
+    if profile != "release" and any(s in KILN_SIDES for s in sides):
         message = (f"kiln's native module ({native_path()}) is a {profile} build, several times "
                    "slower than a release one; install a release wheel first "
                    "(pip install --no-build-isolation ./python)")
