@@ -7,8 +7,9 @@
 mod ddp_common;
 use ddp_common::{cases, max_rel_diff, train};
 use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp};
-use kiln::nn::Sequential;
+use kiln::nn::{Linear, Module, Sequential};
 use kiln::Tensor;
+use std::cell::Cell;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -205,6 +206,92 @@ fn a_dead_rank_stops_the_job() {
         "the output names rank 1: {out}"
     );
     assert!(secs < 40.0, "took {secs} s: {out}");
+}
+
+/// Two linear heads; `b` joins the output only while `use_b` is set.
+struct MaybeTwoHeads {
+    a: Linear,
+    b: Linear,
+    use_b: Cell<bool>,
+}
+
+impl Module for MaybeTwoHeads {
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = Vec::new();
+        for (head, m) in [("a", &self.a), ("b", &self.b)] {
+            v.extend(
+                m.named_parameters()
+                    .into_iter()
+                    .map(|(n, t)| (format!("{head}.{n}"), t)),
+            );
+        }
+        v
+    }
+
+    fn forward(&self, x: &Tensor) -> kiln::Result<Tensor> {
+        let y = self.a.forward(x)?;
+        if self.use_b.get() {
+            y.add(&self.b.forward(x)?)
+        } else {
+            Ok(y)
+        }
+    }
+}
+
+/// DDP keeps its bucket buffers between steps: a parameter that one rank used last step
+/// and not this one counts as zero from that rank this step, not as last step's gradient.
+/// Rank 0 uses head `b` every step and rank 1 only on step 0, on the same input, so `b`'s
+/// averaged gradient is rank 0's own on step 0 and half of it afterwards.
+#[test]
+fn kept_buckets_count_a_parameter_unused_this_step_as_zero() {
+    if worker() {
+        let g = ProcessGroup::mpi().unwrap();
+        let m = MaybeTwoHeads {
+            a: Linear::init(5, 3, true, 1).unwrap(),
+            b: Linear::init(5, 3, true, 2).unwrap(),
+            use_b: Cell::new(true),
+        };
+        let opts = DdpOptions {
+            find_unused_parameters: true,
+            ..DdpOptions::default()
+        };
+        let ddp = DistributedDataParallel::new(m, g.clone(), opts).unwrap();
+        let x = Tensor::randn(&[4, 5], kiln::DType::F32, 7).unwrap();
+        let grads = |ddp: &DistributedDataParallel<MaybeTwoHeads>| -> Vec<Vec<f32>> {
+            let m = ddp.module();
+            m.zero_grad();
+            ddp.forward(&x)
+                .unwrap()
+                .sum(&[0, 1], false)
+                .unwrap()
+                .backward()
+                .unwrap();
+            [&m.a.weight, &m.b.weight]
+                .iter()
+                .map(|p| p.grad().unwrap().to_vec::<f32>().unwrap())
+                .collect()
+        };
+        let first = grads(&ddp);
+        for step in 1..4 {
+            ddp.module().use_b.set(g.rank() == 0);
+            let now = grads(&ddp);
+            assert_eq!(now[0], first[0], "step {step}: head a, used by both ranks");
+            let half: Vec<f32> = first[1].iter().map(|v| v / 2.0).collect();
+            assert_eq!(now[1], half, "step {step}: head b, used by rank 0 only");
+        }
+        println!("rank {}: kept buckets ok", g.rank());
+        return;
+    }
+    let Some((ok, out, _)) = launch(
+        "kept_buckets_count_a_parameter_unused_this_step_as_zero",
+        &[],
+    ) else {
+        return;
+    };
+    assert!(ok, "{out}");
+    for r in 0..2 {
+        assert!(out.contains(&format!("rank {r}: kept buckets ok")), "{out}");
+    }
 }
 
 /// Ranks whose models differ fail at construction, naming the parameter.

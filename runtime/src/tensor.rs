@@ -89,10 +89,20 @@ impl CpuTensor {
 
     /// A tensor holding a copy of `data` (row-major) with the given shape.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<CpuTensor, RuntimeError> {
+        Self::from_slice_mapped(data, shape, |v| v)
+    }
+
+    /// A tensor of `f(x)` for each `x` of `data` (row-major) with the given shape, written
+    /// in one pass (a copy that also scales, for instance).
+    pub fn from_slice_mapped<T: Element>(
+        data: &[T],
+        shape: &[usize],
+        f: impl Fn(T) -> T,
+    ) -> Result<CpuTensor, RuntimeError> {
         check_len("from_slice", data.len(), shape)?;
         let s = Storage::build::<T>(data.len(), |out| {
             for (o, &v) in out.iter_mut().zip(data) {
-                o.write(v);
+                o.write(f(v));
             }
         });
         Ok(CpuTensor::from_storage(s, shape))

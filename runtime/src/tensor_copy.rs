@@ -26,6 +26,33 @@ impl CpuTensor {
         Ok(iter::gather::<T, T>(self, |x: T| x))
     }
 
+    /// Writes the values in logical row-major order into `out`, which must hold exactly
+    /// `self.numel()` elements of the tensor's element type `T` (one pass, any layout).
+    pub fn copy_to_slice<T: Element>(&self, out: &mut [T]) -> Result<(), RuntimeError> {
+        if T::DTYPE != self.dtype {
+            return Err(RuntimeError::DTypeMismatch {
+                expected: T::DTYPE,
+                got: self.dtype,
+            });
+        }
+        if out.len() != self.numel() {
+            return Err(RuntimeError::ShapeMismatch {
+                op: "copy_to_slice",
+                shape: self.shape().to_vec(),
+                reason: format!(
+                    "a slice of {} elements does not hold {}",
+                    out.len(),
+                    self.numel()
+                ),
+            });
+        }
+        // SAFETY: MaybeUninit<T> has T's layout, and map1_into only writes initialised values
+        // (T is Copy, so nothing is dropped when an element is overwritten).
+        let out = unsafe { &mut *(out as *mut [T] as *mut [std::mem::MaybeUninit<T>]) };
+        iter::map1_into(self, out, iter::GRAIN_CHEAP, &|x: T| x);
+        Ok(())
+    }
+
     /// A row-major copy of this tensor when a loop along its last dim would read scattered
     /// memory (that dim's stride is over 16 elements, and the tensor has at least 4096
     /// elements and no broadcast dims), so that a blocked copy first is cheaper than the

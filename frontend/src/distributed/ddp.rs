@@ -81,6 +81,9 @@ struct Reducer {
     find_unused: bool,
     sync: AtomicBool,
     state: Mutex<Iteration>,
+    /// per bucket: its flat buffer between iterations (torch keeps its buckets too), so a
+    /// step neither allocates nor faults in fresh pages; taken while its all-reduce runs
+    buffers: Mutex<Vec<Option<CommBuffer>>>,
 }
 
 /// One backward's progress.
@@ -153,6 +156,7 @@ impl<M: Module> DistributedDataParallel<M> {
             lens,
             find_unused: opts.find_unused_parameters,
             sync: AtomicBool::new(true),
+            buffers: Mutex::new(buckets.iter().map(|_| None).collect()),
             buckets,
         });
         for (i, p) in reducer.params.iter().enumerate() {
@@ -301,14 +305,21 @@ impl Reducer {
         Ok(())
     }
 
-    /// Copies bucket `b`'s gradients (zeros for a parameter without one) into a flat
-    /// buffer and starts its all-reduce.
+    /// Copies bucket `b`'s gradients (zeros for a parameter without one) into its flat
+    /// buffer (kept from the last iteration, or made on the first) and starts its
+    /// all-reduce.
     fn launch(&self, b: usize) -> Result<Work<CommBuffer>> {
         let bucket = &self.buckets[b];
-        let mut buf = CommBuffer::zeros(bucket.dtype, self.lens[b], "DistributedDataParallel")?;
+        let kept = self.buffers.lock()[b].take();
+        let mut buf = match kept {
+            Some(buf) => buf,
+            None => CommBuffer::zeros(bucket.dtype, self.lens[b], "DistributedDataParallel")?,
+        };
         for &p in &bucket.params {
-            if let Some(g) = self.params[p].grad() {
-                buf.write(self.place[p].1, &g)?;
+            let at = self.place[p].1;
+            match self.params[p].grad() {
+                Some(g) => buf.write(at, &g)?,
+                None => buf.zero(at, self.params[p].numel()),
             }
         }
         Ok(self.group.all_reduce_buffer(buf, ReduceOp::Sum))
@@ -358,17 +369,22 @@ impl Reducer {
         let world = self.group.world_size();
         let _g = no_grad();
         for (b, w) in st.works.iter_mut().enumerate() {
-            let mut buf = w
+            let buf = w
                 .take()
                 .ok_or_else(|| dist_err("DistributedDataParallel", "a bucket never started"))?
                 .wait()?;
-            buf.divide(world);
+            // the sum over ranks, divided by their number as it is copied out
             for &p in &self.buckets[b].params {
                 if used_any[p] != 0 {
                     let t = &self.params[p];
-                    t.set_grad(Some(buf.tensor(self.place[p].1, t.shape())?));
+                    t.set_grad(Some(buf.tensor_divided(
+                        self.place[p].1,
+                        t.shape(),
+                        world,
+                    )?));
                 }
             }
+            self.buffers.lock()[b] = Some(buf);
         }
         Ok(())
     }

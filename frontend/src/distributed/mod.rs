@@ -31,7 +31,7 @@ mod rendezvous;
 mod split;
 
 pub use bucket::{assign_buckets, BucketInfo};
-pub use buffer::CommBuffer;
+pub use buffer::{advise_huge_pages, CommBuffer};
 pub use ddp::{DdpOptions, DistributedDataParallel, NoSyncGuard};
 pub use group::{ProcessGroup, ReduceOp, Work};
 #[cfg(feature = "nccl")]
