@@ -171,10 +171,7 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<Optimized, PassErro
     let (eg, class) = load(g)?;
     let roots: Vec<Id> = g.outputs().iter().map(|o| class[o]).collect();
     let cost_before = {
-        let cf = KernelCost {
-            egraph: &eg,
-            allow_groups: true,
-        };
+        let cf = KernelCost::new(&eg, true);
         g.nodes()
             .filter(|(_, n)| n.op != Op::Input)
             .map(|(id, _)| {
@@ -226,22 +223,10 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<Optimized, PassErro
         ));
         eg = runner.egraph;
     }
-    let extractor = Extractor::new(
-        &eg,
-        KernelCost {
-            egraph: &eg,
-            allow_groups: true,
-        },
-    );
+    let extractor = Extractor::new(&eg, KernelCost::for_extraction(&eg, true));
     let (extracted, cost_after) = emit(g, &eg, &extractor, &roots)?;
     let simplified = if opts.fuse {
-        let plain = Extractor::new(
-            &eg,
-            KernelCost {
-                egraph: &eg,
-                allow_groups: false,
-            },
-        );
+        let plain = Extractor::new(&eg, KernelCost::for_extraction(&eg, false));
         emit(g, &eg, &plain, &roots)?.0.graph
     } else {
         extracted.graph.clone()
@@ -284,10 +269,7 @@ pub fn optimize(g: &Graph, opts: &OptimizeOptions) -> Result<Optimized, PassErro
 /// The cost of `g` with every op its own kernel, under the e-graph's cost model.
 fn unfused_cost(g: &Graph) -> Result<f64, PassError> {
     let (eg, class) = load(g)?;
-    let cf = KernelCost {
-        egraph: &eg,
-        allow_groups: true,
-    };
+    let cf = KernelCost::new(&eg, true);
     let mut cost = 0.0;
     for (id, node) in g.nodes() {
         if node.op == Op::Input {
@@ -363,11 +345,7 @@ impl Emitter<'_, '_> {
             return Ok(*a);
         }
         let node = self.ex.find_best_node(id).clone();
-        self.cost += KernelCost {
-            egraph: self.eg,
-            allow_groups: true,
-        }
-        .own(&node);
+        self.cost += KernelCost::new(self.eg, true).own(&node);
         let bad = |e: kiln_ir::GraphError| PassError::Graph {
             pass: "optimize",
             source: e,
@@ -474,4 +452,46 @@ fn emit<'a>(
         source: e,
     })?;
     Ok((Fused::new(em.out, em.tags), em.cost))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::text::parse_module;
+
+    /// Extraction with the own costs computed up front (`KernelCost::for_extraction`) finds
+    /// the same cost for every class, with and without groups, as costing each e-node when
+    /// asked, over the corpus graphs' e-graphs after the fusion rules ran.
+    #[test]
+    fn precomputed_own_costs_extract_what_costing_on_demand_does() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+        let mut checked = 0;
+        for name in [
+            "bert_encoder_layer.kir",
+            "block_workload.kir",
+            "attention_causal.kir",
+        ] {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap();
+            for g in parse_module(&text).unwrap() {
+                let (eg, _) = load(&g).unwrap();
+                let rules = fusion::fusion_rules();
+                let eg = Runner::default()
+                    .with_scheduler(SimpleScheduler)
+                    .with_iter_limit(4)
+                    .with_egraph(eg)
+                    .run(rules.iter().map(|r| r.rewrite()).collect::<Vec<_>>().iter())
+                    .egraph;
+                for groups in [true, false] {
+                    let slow = Extractor::new(&eg, KernelCost::new(&eg, groups));
+                    let fast = Extractor::new(&eg, KernelCost::for_extraction(&eg, groups));
+                    for class in eg.classes() {
+                        let (a, b) = (slow.find_best_cost(class.id), fast.find_best_cost(class.id));
+                        assert_eq!(a.to_bits(), b.to_bits(), "{name} class {}", class.id);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 100, "{checked} classes");
+    }
 }

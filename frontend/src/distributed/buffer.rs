@@ -115,6 +115,8 @@ impl CommBuffer {
     }
 
     /// Every element divided by `d` (integers: truncated, as torch's integer division).
+    // the world of size 1 never averages
+    #[cfg_attr(not(any(feature = "mpi", feature = "nccl")), allow(dead_code))]
     pub(crate) fn divide(&mut self, d: usize) {
         match self {
             CommBuffer::F32(v) => v.iter_mut().for_each(|x| *x /= d as f32),

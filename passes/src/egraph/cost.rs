@@ -16,6 +16,7 @@ use super::analysis::{bytes_of, ClassData, TensorAnalysis};
 use super::lang::TNode;
 use egg::{CostFunction, EGraph, Id, Language};
 use kiln_ir::{Dim, Op};
+use std::collections::HashMap;
 
 /// Arithmetic of one elementwise op on one element, in bytes: small next to memory traffic,
 /// it breaks ties in favour of the program with fewer ops (`neg(neg(x))` inside a kernel
@@ -35,6 +36,9 @@ pub struct KernelCost<'a> {
     pub egraph: &'a EGraph<TNode, TensorAnalysis>,
     /// whether fused groups may be chosen (else they cost infinitely much)
     pub allow_groups: bool,
+    /// every e-node's own cost, by its address in the e-graph (see
+    /// [`KernelCost::for_extraction`]); empty for a cost function made by [`KernelCost::new`]
+    own_by_address: HashMap<*const TNode, f64>,
 }
 
 fn read_bytes(egraph: &EGraph<TNode, TensorAnalysis>, id: Id) -> f64 {
@@ -57,9 +61,43 @@ fn matmul_flops(k: f64, out: &kiln_ir::TensorType) -> f64 {
     2.0 * n * k / FLOPS_PER_BYTE
 }
 
-impl KernelCost<'_> {
+impl<'a> KernelCost<'a> {
+    /// The cost function over `egraph`, computing each e-node's cost when asked.
+    pub fn new(egraph: &'a EGraph<TNode, TensorAnalysis>, allow_groups: bool) -> Self {
+        KernelCost {
+            egraph,
+            allow_groups,
+            own_by_address: HashMap::new(),
+        }
+    }
+
+    /// The cost function for an extraction over `egraph`, with every e-node's own cost
+    /// computed once up front. egg's extractor costs every e-node again on each of its
+    /// passes to a fixed point (dozens over a transformer layer's e-graph), and an e-node's
+    /// own cost needs its class's type (a hash-cons lookup); here it is one look-up by
+    /// address. The e-graph is borrowed for `'a`, so its e-nodes neither move nor change
+    /// while this lives, and an e-node from elsewhere (not at one of these addresses) is
+    /// costed as [`KernelCost::new`]'s would.
+    pub fn for_extraction(egraph: &'a EGraph<TNode, TensorAnalysis>, allow_groups: bool) -> Self {
+        let mut cf = KernelCost::new(egraph, allow_groups);
+        let mut own = HashMap::with_capacity(egraph.total_number_of_nodes());
+        for class in egraph.classes() {
+            let ty = class.data.ty();
+            for n in &class.nodes {
+                own.insert(n as *const TNode, cf.own_typed(n, || ty.cloned()));
+            }
+        }
+        cf.own_by_address = own;
+        cf
+    }
+
     /// The cost of `enode` alone (without its operands').
     pub fn own(&self, enode: &TNode) -> f64 {
+        self.own_typed(enode, || self.out_type(enode))
+    }
+
+    /// The cost of `enode` alone, `out` giving the type of its class.
+    fn own_typed(&self, enode: &TNode, out: impl Fn() -> Option<kiln_ir::TensorType>) -> f64 {
         let eg = self.egraph;
         match enode {
             TNode::Input(_) | TNode::Lit(_) => 0.0,
@@ -73,13 +111,12 @@ impl KernelCost<'_> {
                 if let (Op::Matmul | Op::Linear, Some(a)) = (op, args.first()) {
                     if let Some(t) = eg[*a].data.ty() {
                         let k = t.shape.dims().last().map_or(1.0, dim);
-                        if let Some(ot) = self.out_type(enode) {
+                        if let Some(ot) = out() {
                             c += matmul_flops(k, &ot);
                         }
                     }
                 }
-                let out = self.out_type(enode);
-                c + out.as_ref().map_or(0.0, |t| {
+                c + out().as_ref().map_or(0.0, |t| {
                     bytes_of(t) * (1.0 + OP_BYTES_PER_ELEMENT / t.dtype.size_bytes() as f64)
                 })
             }
@@ -120,7 +157,10 @@ impl CostFunction<TNode> for KernelCost<'_> {
     where
         C: FnMut(Id) -> f64,
     {
-        let own = self.own(enode);
+        let own = match self.own_by_address.get(&(enode as *const TNode)) {
+            Some(&c) => c,
+            None => self.own(enode),
+        };
         enode.fold(own, |sum, id| sum + costs(id))
     }
 }
