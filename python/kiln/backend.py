@@ -20,6 +20,7 @@ DLPack capsules over kiln's memory (``torch.from_dlpack``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -309,7 +310,8 @@ def backend(device: str = "cpu", mode: Optional[str] = None, pin_weights: bool =
     report = _report if _report is not None else ExplainReport()
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-        return make_boxed_func(compile_unboxed(gm, example_inputs))
+        with _timed(COMPILE_TIME_KEY):
+            return make_boxed_func(compile_unboxed(gm, example_inputs))
 
     def compile_unboxed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
         devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
@@ -323,6 +325,18 @@ def backend(device: str = "cpu", mode: Optional[str] = None, pin_weights: bool =
 
     return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
                         decompositions=decompositions())
+
+
+COMPILE_TIME_KEY = "kiln.backend.compile"
+"""The key under which kiln's graph compiler (the forward and backward compilers
+aot_autograd calls) is timed in torch's ``compilation_time_metrics``, as inductor's
+``compile_fx.<locals>.fw_compiler_base`` is, so torch's compile-time reports show it."""
+
+
+def _timed(key: str):
+    """torch's own compile-phase timer for ``key``, where this torch has one."""
+    timer = getattr(torch._dynamo.utils, "dynamo_timed", None)
+    return timer(key) if timer is not None else contextlib.nullcontext()
 
 
 _EXTRA_DECOMPOSITIONS = ("grid_sampler_2d",)

@@ -7,7 +7,9 @@ Each case runs with 2 threads under torch.inference_mode(), by default with glib
 keep freed memory (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1000000000000`, the "NF"
 setting of shared/bench/PEERS.md; `--no-nf` runs without it) and, for inductor, a fresh empty
 cache (its first call is a cold compile; `--warm-cache` keeps the usual one). The first call
-is timed alone (for the compiled sides: trace and compile), then warm-up calls (at least 3
+is timed alone (for the compiled sides: trace and compile; of it, the backend's own share is
+the first call less Dynamo's own time and AOTAutograd's, from torch's
+`compilation_time_metrics`, and one steady call), then warm-up calls (at least 3
 and 0.2 s; for kiln also until its hot kernels are on the C tier, whose time since the first
 call is "full speed"), then at least `--min-runs` calls and `--min-secs` seconds: median,
 min and max. A call's output is then checked against float64 torch: relative L2 error
@@ -53,6 +55,37 @@ def cpu_busy_s():
     return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
+BACKEND_COMPILER_KEYS = ("compile_fx.<locals>.fw_compiler_base",
+                         "compile_fx.<locals>.bw_compiler_base", "kiln.backend.compile")
+"""The backends' graph compilers as torch's `compilation_time_metrics` names them
+(inductor's, and kiln's: `kiln.backend.COMPILE_TIME_KEY`); AOTAutograd calls them."""
+
+
+def capture_times():
+    """Seconds Dynamo spent on its own (bytecode tracing, guards: its compile minus the time
+    in the backend's compiler) and AOTAutograd on its own (its dispatcher less the graph
+    compilers it calls), summed over every graph so far, from torch's
+    `compilation_time_metrics`; (None, None) where this torch does not record them."""
+    metrics = getattr(torch._dynamo.utils, "compilation_time_metrics", None)
+    if not metrics or "_compile.compile_inner" not in metrics:
+        return None, None
+    total = lambda key: sum(metrics.get(key, ()))
+    dynamo = total("_compile.compile_inner") - total("OutputGraph.call_user_compiler")
+    aot = total("create_aot_dispatcher_function") - sum(map(total, BACKEND_COMPILER_KEYS))
+    return dynamo, aot
+
+
+def backend_compile_s(first, dynamo, aot, median):
+    """The backend's own share of a compiled side's first call: the first call less Dynamo's
+    own time, AOTAutograd's own and one steady call. Counted the same way for every backend,
+    it holds what the backend does itself wherever it does it (inductor in its graph
+    compiler, kiln also in its first run, where it lowers and generates code); None without
+    torch's figures."""
+    if dynamo is None:
+        return None
+    return first - dynamo - aot - median
+
+
 def child(name, side, min_runs, min_secs, out):
     """Measures one workload on one side in this (fresh) process; writes a JSON object."""
     torch.set_num_threads(THREADS)
@@ -73,6 +106,7 @@ def child(name, side, min_runs, min_secs, out):
         t = time.perf_counter()
         fn(*inputs)
         first = time.perf_counter() - t
+        dynamo_s, aot_s = capture_times() if side != "eager" else (None, None)
         timed_runs(lambda: fn(*inputs), 3, 0.2)  # warm-up
         if side in KILN_SIDES:
             # steady state: the hot kernels moved to the C tier (compiled in the background)
@@ -92,7 +126,9 @@ def child(name, side, min_runs, min_secs, out):
     result = dict(
         median_ms=statistics.median(times) * 1e3, min_ms=min(times) * 1e3,
         max_ms=max(times) * 1e3, runs=len(times), first_call_ms=first * 1e3, rel_err=rel,
-        full_speed_s=full_speed,
+        full_speed_s=full_speed, dynamo_s=dynamo_s, aot_s=aot_s,
+        backend_compile_ms=None if dynamo_s is None else 1e3 * backend_compile_s(
+            first, dynamo_s, aot_s, statistics.median(times)),
         others_cpu=others,
         torch=torch.__version__, threads=torch.get_num_threads())
     with open(out, "w") as f:
@@ -142,7 +178,7 @@ def table(rows, sides):
     peers = [s for s in sides if s not in KILN_SIDES]
     head = ["workload"] + [f"{SIDES[s]} ms" for s in sides]
     head += [f"{SIDES[k]} vs {SIDES[s]}" for k in kilns for s in peers]
-    head += [f"{SIDES[s]} 1st call s" for s in sides if s != "eager"]
+    head += [f"{SIDES[s]} 1st call s (own)" for s in sides if s != "eager"]
     head += [f"{SIDES[k]} full speed s" for k in kilns]
     head += ["check", "others' CPU"]
     by = {(r["workload"], r["side"]): r for r in rows}
@@ -161,7 +197,12 @@ def table(rows, sides):
         for s in sides:
             if s != "eager":
                 r = by.get((w, s))
-                cells.append(f"{r['first_call_ms'] / 1e3:.2f}" if r and "error" not in r else "-")
+                if not r or "error" in r:
+                    cells.append("-")
+                    continue
+                own = r.get("backend_compile_ms")
+                cells.append(f"{r['first_call_ms'] / 1e3:.2f}"
+                             + (f" ({own / 1e3:.2f})" if own is not None else ""))
         for ks in kilns:
             k = by.get((w, ks))
             fs = k.get("full_speed_s") if k else None
@@ -175,7 +216,8 @@ def table(rows, sides):
     fmt = lambda line: "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
     lines = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(line) for line in body]
     lines.append("kiln vs X: X's median over kiln's (above 1: kiln is faster); 1st call: trace "
-                 "and compile; others' CPU: the most other processes took of the machine while "
+                 "and compile, (own): the backend's own share, the first call less Dynamo's "
+                 "tracing, AOTAutograd and one steady call; others' CPU: the most other processes took of the machine while "
                  "a row's runs were timed (over 5%: rerun on a quiet machine)")
     for r in rows:
         if "error" in r:

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from kiln.backend import COMPILE_TIME_KEY
 from kiln import _native, bench
 
 
@@ -58,3 +59,25 @@ def test_bench_of_torch_alone_does_not_need_a_release_build(monkeypatch):
         bench.main()
     assert exit_.value.code == 0
     assert ran == ["eager"]
+
+
+def test_backend_share_of_the_first_call_leaves_out_dynamo_aot_and_one_run():
+    assert bench.backend_compile_s(3.0, 1.0, 0.5, 0.25) == pytest.approx(1.25)
+    assert bench.backend_compile_s(3.0, None, None, 0.25) is None
+
+
+def test_compile_times_of_a_compiled_call_split_out_dynamo_and_aot():
+    import torch
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.compilation_time_metrics.clear()
+    fn = torch.compile(lambda x: (x.sin() * 2).sum(), backend="kiln")
+    fn(torch.randn(5))
+    metrics = torch._dynamo.utils.compilation_time_metrics
+    # kiln's graph compiler is timed under its key, and left out of AOTAutograd's own time
+    assert len(metrics.get(COMPILE_TIME_KEY, ())) == 1, metrics
+    dynamo, aot = bench.capture_times()
+    assert dynamo is not None and dynamo > 0, metrics
+    whole = sum(metrics["create_aot_dispatcher_function"])
+    assert aot == pytest.approx(whole - sum(metrics[COMPILE_TIME_KEY])), metrics
+    assert 0 < aot < whole, metrics
