@@ -72,19 +72,19 @@ impl CommBuffer {
     /// Elements `[start, start + len)` divided by `d` (integers: truncated, as torch's
     /// integer division), as a tensor of `shape`: one pass over the elements.
     pub(crate) fn tensor_divided(&self, start: usize, shape: &[usize], d: usize) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
+        let r = self.range(start, shape.iter().product(), "DistributedDataParallel")?;
         let made = match self {
             CommBuffer::F32(v) => {
                 let d = d as f32;
-                CpuTensor::from_slice_mapped(&v[start..start + n], shape, |x| x / d)
+                CpuTensor::from_slice_mapped(&v[r], shape, |x| x / d)
             }
             CommBuffer::F64(v) => {
                 let d = d as f64;
-                CpuTensor::from_slice_mapped(&v[start..start + n], shape, |x| x / d)
+                CpuTensor::from_slice_mapped(&v[r], shape, |x| x / d)
             }
             CommBuffer::I64(v) => {
                 let d = d as i64;
-                CpuTensor::from_slice_mapped(&v[start..start + n], shape, |x| x / d)
+                CpuTensor::from_slice_mapped(&v[r], shape, |x| x / d)
             }
         };
         Ok(Tensor::from_cpu(made.map_err(|e| {
@@ -95,14 +95,28 @@ impl CommBuffer {
     /// Copies `t`'s values (row-major, any layout, same dtype) to elements
     /// `[start, start + t.numel())`, in one pass.
     pub(crate) fn write(&mut self, start: usize, t: &Tensor) -> Result<()> {
-        let n = t.numel();
+        let r = self.range(start, t.numel(), "all_reduce")?;
         let src = t.read("all_reduce")?;
         let done = match self {
-            CommBuffer::F32(v) => src.copy_to_slice(&mut v[start..start + n]),
-            CommBuffer::F64(v) => src.copy_to_slice(&mut v[start..start + n]),
-            CommBuffer::I64(v) => src.copy_to_slice(&mut v[start..start + n]),
+            CommBuffer::F32(v) => src.copy_to_slice(&mut v[r]),
+            CommBuffer::F64(v) => src.copy_to_slice(&mut v[r]),
+            CommBuffer::I64(v) => src.copy_to_slice(&mut v[r]),
         };
         done.map_err(|e| crate::Error::from(e).within("all_reduce"))
+    }
+
+    /// Elements `[start, start + n)`, or an error naming `op` where they pass the end.
+    fn range(&self, start: usize, n: usize, op: &str) -> Result<std::ops::Range<usize>> {
+        match start.checked_add(n) {
+            Some(end) if end <= self.len() => Ok(start..end),
+            _ => Err(dist_err(
+                op,
+                format!(
+                    "elements {start}..{start}+{n} pass the end of a buffer of {}",
+                    self.len()
+                ),
+            )),
+        }
     }
 
     /// Sets elements `[start, start + len)` to zero.
@@ -260,5 +274,9 @@ mod tests {
             .write(0, &Tensor::from_vec(vec![1i64], &[1]).unwrap())
             .unwrap_err();
         assert!(e.to_string().contains("all_reduce"), "{e}");
+        // past the end: an error, not a panic
+        let e = b.write(5, &t).unwrap_err().to_string();
+        assert!(e.contains("pass the end of a buffer of 14"), "{e}");
+        assert!(b.tensor(10, &[2, 3]).is_err());
     }
 }

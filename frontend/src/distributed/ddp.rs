@@ -317,9 +317,21 @@ impl Reducer {
         };
         for &p in &bucket.params {
             let at = self.place[p].1;
-            match self.params[p].grad() {
+            let param = &self.params[p];
+            match param.grad() {
+                Some(g) if g.shape() != param.shape() => {
+                    return Err(dist_err(
+                        "DistributedDataParallel",
+                        format!(
+                            "parameter `{}` ({:?}) has a gradient of shape {:?}",
+                            self.names[p],
+                            param.shape(),
+                            g.shape()
+                        ),
+                    ))
+                }
                 Some(g) => buf.write(at, &g)?,
-                None => buf.zero(at, self.params[p].numel()),
+                None => buf.zero(at, param.numel()),
             }
         }
         Ok(self.group.all_reduce_buffer(buf, ReduceOp::Sum))
