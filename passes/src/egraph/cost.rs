@@ -73,9 +73,8 @@ impl<'a> KernelCost<'a> {
 
     /// The cost function for an extraction over `egraph`, with every e-node's own cost
     /// computed once up front. egg's extractor costs every e-node again on each of its
-    /// passes to a fixed point (dozens over a transformer layer's e-graph), and an e-node's
-    /// own cost needs its class's type (a hash-cons lookup); here it is one look-up by
-    /// address. The e-graph is borrowed for `'a`, so its e-nodes neither move nor change
+    /// passes to a fixed point, and an e-node's own cost needs its class's type (a
+    /// hash-cons lookup); here it is one look-up by address. The e-graph is borrowed for `'a`, so its e-nodes neither move nor change
     /// while this lives, and an e-node from elsewhere (not at one of these addresses) is
     /// costed as [`KernelCost::new`]'s would.
     pub fn for_extraction(egraph: &'a EGraph<TNode, TensorAnalysis>, allow_groups: bool) -> Self {
