@@ -5,9 +5,9 @@
 //! `ddp_mpi.rs`.
 
 mod ddp_common;
-use ddp_common::{cases, train};
+use ddp_common::{cases, sum_backward, train, two_heads};
 use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp};
-use kiln::nn::{Linear, Module, Sequential};
+use kiln::nn::{Module, Sequential};
 use kiln::{DType, Tensor};
 
 /// `Sequential::mlp(sizes, seed)` under DDP on the world of size 1.
@@ -77,55 +77,17 @@ fn bucket_table_in_reverse_parameter_order() {
     );
 }
 
-struct TwoHeads {
-    a: Linear,
-    b: Linear,
-}
-
-impl Module for TwoHeads {
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v: Vec<_> = self
-            .a
-            .named_parameters()
-            .into_iter()
-            .map(|(n, t)| (format!("a.{n}"), t))
-            .collect();
-        v.extend(
-            self.b
-                .named_parameters()
-                .into_iter()
-                .map(|(n, t)| (format!("b.{n}"), t)),
-        );
-        v
-    }
-
-    /// Only head `a`: `b` is unused.
-    fn forward(&self, x: &Tensor) -> kiln::Result<Tensor> {
-        self.a.forward(x)
-    }
-}
-
-fn two_heads() -> TwoHeads {
-    TwoHeads {
-        a: Linear::init(3, 2, true, 1).unwrap(),
-        b: Linear::init(3, 2, true, 2).unwrap(),
-    }
-}
-
 #[test]
 fn unused_parameters_are_an_error_unless_allowed() {
     let x = Tensor::randn(&[4, 3], DType::F32, 3).unwrap();
-    let ddp =
-        DistributedDataParallel::new(two_heads(), ProcessGroup::local(), DdpOptions::default())
-            .unwrap();
-    let e = ddp
-        .forward(&x)
-        .unwrap()
-        .sum(&[0, 1], false)
-        .unwrap()
-        .backward()
-        .unwrap_err()
-        .to_string();
+    // only head `a`: `b` is unused
+    let ddp = DistributedDataParallel::new(
+        two_heads(3, 2, false),
+        ProcessGroup::local(),
+        DdpOptions::default(),
+    )
+    .unwrap();
+    let e = sum_backward(&ddp, &x).unwrap_err().to_string();
     assert!(e.contains("b.weight, b.bias"), "{e}");
     assert!(e.contains("find_unused_parameters"), "{e}");
     // allowed: the used head gets its gradient, the unused one keeps None
@@ -133,15 +95,11 @@ fn unused_parameters_are_an_error_unless_allowed() {
         find_unused_parameters: true,
         ..DdpOptions::default()
     };
-    let ddp = DistributedDataParallel::new(two_heads(), ProcessGroup::local(), opts).unwrap();
+    let ddp =
+        DistributedDataParallel::new(two_heads(3, 2, false), ProcessGroup::local(), opts).unwrap();
     for _ in 0..2 {
         ddp.module().zero_grad();
-        ddp.forward(&x)
-            .unwrap()
-            .sum(&[0, 1], false)
-            .unwrap()
-            .backward()
-            .unwrap();
+        sum_backward(&ddp, &x).unwrap();
         let m = ddp.module();
         assert!(m.a.weight.grad().is_some() && m.a.bias.as_ref().unwrap().grad().is_some());
         assert!(m.b.weight.grad().is_none());

@@ -5,11 +5,10 @@
 #![cfg(feature = "mpi")]
 
 mod ddp_common;
-use ddp_common::{cases, max_rel_diff, train};
+use ddp_common::{cases, max_rel_diff, sum_backward, train, two_heads, TwoHeads};
 use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp};
-use kiln::nn::{Linear, Module, Sequential};
+use kiln::nn::{Module, Sequential};
 use kiln::Tensor;
-use std::cell::Cell;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -208,36 +207,6 @@ fn a_dead_rank_stops_the_job() {
     assert!(secs < 40.0, "took {secs} s: {out}");
 }
 
-/// Two linear heads; `b` joins the output only while `use_b` is set.
-struct MaybeTwoHeads {
-    a: Linear,
-    b: Linear,
-    use_b: Cell<bool>,
-}
-
-impl Module for MaybeTwoHeads {
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut v = Vec::new();
-        for (head, m) in [("a", &self.a), ("b", &self.b)] {
-            v.extend(
-                m.named_parameters()
-                    .into_iter()
-                    .map(|(n, t)| (format!("{head}.{n}"), t)),
-            );
-        }
-        v
-    }
-
-    fn forward(&self, x: &Tensor) -> kiln::Result<Tensor> {
-        let y = self.a.forward(x)?;
-        if self.use_b.get() {
-            y.add(&self.b.forward(x)?)
-        } else {
-            Ok(y)
-        }
-    }
-}
-
 /// DDP keeps its bucket buffers between steps: a parameter that one rank used last step
 /// and not this one counts as zero from that rank this step, not as last step's gradient.
 /// Rank 0 uses head `b` every step and rank 1 only on step 0, on the same input, so `b`'s
@@ -246,26 +215,17 @@ impl Module for MaybeTwoHeads {
 fn kept_buckets_count_a_parameter_unused_this_step_as_zero() {
     if worker() {
         let g = ProcessGroup::mpi().unwrap();
-        let m = MaybeTwoHeads {
-            a: Linear::init(5, 3, true, 1).unwrap(),
-            b: Linear::init(5, 3, true, 2).unwrap(),
-            use_b: Cell::new(true),
-        };
+        let m = two_heads(5, 3, true);
         let opts = DdpOptions {
             find_unused_parameters: true,
             ..DdpOptions::default()
         };
         let ddp = DistributedDataParallel::new(m, g.clone(), opts).unwrap();
         let x = Tensor::randn(&[4, 5], kiln::DType::F32, 7).unwrap();
-        let grads = |ddp: &DistributedDataParallel<MaybeTwoHeads>| -> Vec<Vec<f32>> {
+        let grads = |ddp: &DistributedDataParallel<TwoHeads>| -> Vec<Vec<f32>> {
             let m = ddp.module();
             m.zero_grad();
-            ddp.forward(&x)
-                .unwrap()
-                .sum(&[0, 1], false)
-                .unwrap()
-                .backward()
-                .unwrap();
+            sum_backward(ddp, &x).unwrap();
             [&m.a.weight, &m.b.weight]
                 .iter()
                 .map(|p| p.grad().unwrap().to_vec::<f32>().unwrap())

@@ -4,10 +4,11 @@
 
 use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup};
 use kiln::nn::functional::{mse_loss, Reduction};
-use kiln::nn::{Module, Sequential};
+use kiln::nn::{Linear, Module, Sequential};
 use kiln::optim::{AdamW, Optimizer, Sgd};
 use kiln::{compile, CompileOptions};
 use kiln::{DType, Result, Tensor};
+use std::cell::Cell;
 
 /// The global batch (rows) of every step.
 pub const GLOBAL: usize = 16;
@@ -169,4 +170,52 @@ pub fn max_rel_diff(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
         .flat_map(|(x, y)| x.iter().zip(y))
         .map(|(x, y)| (x - y).abs() / y.abs().max(1e-2))
         .fold(0.0, f64::max)
+}
+
+/// Two linear heads `a` and `b` (parameters `a.weight`, `a.bias`, `b.weight`, `b.bias`);
+/// `b` joins the output only while `use_b` is set, so it can go unused.
+#[allow(dead_code)] // used by ddp.rs and ddp_mpi.rs
+pub struct TwoHeads {
+    pub a: Linear,
+    pub b: Linear,
+    pub use_b: Cell<bool>,
+}
+
+impl Module for TwoHeads {
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = Vec::new();
+        for (head, m) in [("a", &self.a), ("b", &self.b)] {
+            v.extend(
+                m.named_parameters()
+                    .into_iter()
+                    .map(|(n, t)| (format!("{head}.{n}"), t)),
+            );
+        }
+        v
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.a.forward(x)?;
+        if self.use_b.get() {
+            y.add(&self.b.forward(x)?)
+        } else {
+            Ok(y)
+        }
+    }
+}
+
+/// Heads `a` and `b` from `inputs` to `outputs` features (seeds 1 and 2).
+#[allow(dead_code)] // used by ddp.rs and ddp_mpi.rs
+pub fn two_heads(inputs: usize, outputs: usize, use_b: bool) -> TwoHeads {
+    TwoHeads {
+        a: Linear::init(inputs, outputs, true, 1).unwrap(),
+        b: Linear::init(inputs, outputs, true, 2).unwrap(),
+        use_b: Cell::new(use_b),
+    }
+}
+
+/// The backward of the sum of `m`'s output on `x`.
+#[allow(dead_code)] // used by ddp.rs and ddp_mpi.rs
+pub fn sum_backward(m: &impl Module, x: &Tensor) -> Result<()> {
+    m.forward(x)?.sum(&[0, 1], false)?.backward()
 }
