@@ -351,16 +351,24 @@ impl Writer<'_> {
     /// issues, as (buffer, for writing): in a kernel that walks each row in two or more
     /// inner loops (layernorm, softmax), the next row of every input the first loop loads
     /// contiguously is prefetched by the second loop when there are three or more (the
-    /// first when there are two), and the loop that stores prefetches the next row of each
-    /// contiguous f32 output. Each row is a run of pages the hardware prefetcher starts over
-    /// on, and the later loops work on a row already in L1 while the memory system would
-    /// idle: layernorm's 8192×1024 kernel (rows of one 4 KiB page) took 2.0 ms against 2.45
+    /// first when there are two); when that loop also stores a contiguous f32 output (as
+    /// softmax's second loop stores `exp(x - max)`), it prefetches that output's next row for
+    /// writing too. Each row is a run of pages the hardware prefetcher starts over on, and
+    /// the later loops work on a row already in L1 while the memory system would idle:
+    /// layernorm's 8192×1024 kernel (rows of one 4 KiB page) took 2.0 ms against 2.45
     /// without them (medians, 2 threads, gcc -O3; softmax's 2.7 against 3.0). The second
     /// loop reads its row from L1, where the first loop's demand loads were still arriving
     /// and the prefetches waited for the same fill buffers: layernorm went from 72-75% of
     /// its working-set triad to 78-84% with them there, softmax from 45-49% to 49-57% (the
-    /// same harness, in turns). A prefetch never faults, so the row after a thread's (or
-    /// the tensor's) last is harmless.
+    /// same harness, in turns). A storing loop that does not prefetch the inputs gets no
+    /// write prefetch: layernorm's last loop (a load, four flops and a store a vector) is
+    /// itself bound on the memory traffic, and a `prefetchw` of the next row there competed
+    /// with its own stores. Its kernel took 1.73-1.86 ms without it against 2.06-2.20 with
+    /// it (best of 60 calls, 2 threads, four runs of one harness in turns with a 64 MiB
+    /// triad at 1.76-1.83 ms), where softmax's, whose storing loop is its exp-heavy
+    /// prefetching loop, took 2.14-2.38 ms with its write prefetch against 2.30-2.49
+    /// without. A prefetch never faults, so the row after a thread's (or the tensor's) last
+    /// is harmless.
     fn prefetches(&self, index: usize) -> Vec<(usize, bool)> {
         let inner: Vec<usize> = (0..self.nest.phases.len())
             .filter(|&j| matches!(self.nest.phases[j], Phase::Inner { .. }))
@@ -375,37 +383,36 @@ impl Writer<'_> {
             |b: usize| self.spec.access[b] == InnerAccess::Contiguous && !self.is_bool_buf(b);
         let mut out = Vec::new();
         let prefetching = if inner.len() >= 3 { inner[1] } else { inner[0] };
-        if prefetching == index {
-            let Phase::Inner { point, .. } = &self.nest.phases[inner[0]] else {
-                unreachable!("an inner phase");
-            };
-            for &v in point {
-                if let Expr::Load(b) = self.nest.body[v].expr {
-                    if contiguous_f32(b) && !out.contains(&(b, false)) {
-                        out.push((b, false));
-                    }
+        if prefetching != index {
+            return Vec::new();
+        }
+        let Phase::Inner { point, .. } = &self.nest.phases[inner[0]] else {
+            unreachable!("an inner phase");
+        };
+        for &v in point {
+            if let Expr::Load(b) = self.nest.body[v].expr {
+                if contiguous_f32(b) && !out.contains(&(b, false)) {
+                    out.push((b, false));
                 }
             }
         }
-        // an output's next row is prefetched by the first later loop storing into it
+        // an output this loop is the first to store into: its next row, for writing
         let stored_by = |j: usize, b: usize| match &self.nest.phases[j] {
             Phase::Inner { stores, .. } => stores.iter().any(|&s| self.nest.stores[s].buffer == b),
             _ => false,
         };
-        if inner[1..].contains(&index) {
-            for &s in stores {
-                let st = self.nest.stores[s];
-                let earlier = inner[1..]
-                    .iter()
-                    .take_while(|&&j| j < index)
-                    .any(|&j| stored_by(j, st.buffer));
-                if contiguous_f32(st.buffer)
-                    && self.ty(st.value) == ScalarType::F32
-                    && !earlier
-                    && !out.contains(&(st.buffer, true))
-                {
-                    out.push((st.buffer, true));
-                }
+        for &s in stores {
+            let st = self.nest.stores[s];
+            let earlier = inner
+                .iter()
+                .take_while(|&&j| j < index)
+                .any(|&j| stored_by(j, st.buffer));
+            if contiguous_f32(st.buffer)
+                && self.ty(st.value) == ScalarType::F32
+                && !earlier
+                && !out.contains(&(st.buffer, true))
+            {
+                out.push((st.buffer, true));
             }
         }
         out

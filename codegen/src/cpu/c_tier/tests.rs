@@ -351,6 +351,42 @@ fn kernel_source_snapshot() {
     insta::assert_snapshot!(format!("{nest}\n{kernel}"));
 }
 
+/// The C source of the one row kernel of graph `name` in [`GRAPHS`].
+fn row_kernel_source(name: &str) -> String {
+    let start = GRAPHS.find(&format!("graph @{name}(")).expect("the graph");
+    let text = &GRAPHS[start..];
+    let text = &text[..text.find("\n}\n").expect("its end") + 3];
+    let nests = nests_of(text);
+    let [nest] = nests.as_slice() else {
+        panic!("{name}: one kernel, got {}", nests.len());
+    };
+    let spec = default_spec(nest, &CodegenOptions::default());
+    c_source(nest, &spec, Lanes(16)).expect("taken")
+}
+
+#[test]
+fn write_prefetches_ride_with_the_read_prefetches() {
+    let read = ", 0, 3);";
+    let write = ", 1, 3);";
+    // softmax: its second loop (exp(x - max), stored) prefetches the next row of x and of y
+    let softmax = row_kernel_source("softmax");
+    let loops: Vec<&str> = softmax.split("for (; i + ").collect();
+    let prefetching: Vec<&&str> = loops
+        .iter()
+        .filter(|l| l.contains("__builtin_prefetch"))
+        .collect();
+    assert_eq!(prefetching.len(), 1, "one prefetching loop in\n{softmax}");
+    assert!(
+        prefetching[0].contains(read) && prefetching[0].contains(write),
+        "{softmax}"
+    );
+    // layernorm: the second loop (the variance) prefetches x's next row; the last loop, which
+    // only loads, scales and stores, issues no prefetch of y's
+    let layernorm = row_kernel_source("layernorm");
+    assert!(layernorm.contains(read), "{layernorm}");
+    assert!(!layernorm.contains(write), "{layernorm}");
+}
+
 #[test]
 fn bounded_arguments_take_the_ranges_routines() {
     let opts = CodegenOptions::default();
