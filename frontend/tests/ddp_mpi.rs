@@ -105,7 +105,8 @@ fn two_ranks_train_as_one_process() {
     }
 }
 
-/// Collectives over MPI: sum, average, max, broadcast from rank 1, all-gather, barrier.
+/// Collectives over MPI: sum, average, max, broadcast from rank 1, all-gather, barrier; and
+/// all-reduces of buffers larger than one MPI call's piece.
 #[test]
 fn collectives_over_mpi() {
     if worker() {
@@ -140,6 +141,26 @@ fn collectives_over_mpi() {
         wa.wait().unwrap();
         assert!(a.to_vec::<f32>().unwrap().iter().all(|&v| v == 2.0));
         assert_eq!(b.to_vec::<f32>().unwrap(), [4.0; 5]);
+        // buffers of several all-reduce pieces (2 MiB each) and a partial last one: every
+        // element is reduced, each exactly once
+        let n = (2 << 20) / 4 * 2 + 3;
+        let v: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 + 0.25 * r).collect();
+        let t = Tensor::from_vec(v, &[n]).unwrap();
+        g.all_reduce(&t, ReduceOp::Sum).unwrap().wait().unwrap();
+        let got = t.to_vec::<f32>().unwrap();
+        assert!(
+            (0..n).all(|i| got[i] == 2.0 * (i % 1000) as f32 + 0.25),
+            "a pieced f32 sum"
+        );
+        let n = (2 << 20) / 8 + 5;
+        let v: Vec<f64> = (0..n).map(|i| i as f64 * (1.0 + 2.0 * r as f64)).collect();
+        let t = Tensor::from_vec(v, &[n]).unwrap();
+        g.all_reduce(&t, ReduceOp::Avg).unwrap().wait().unwrap();
+        let got = t.to_vec::<f64>().unwrap();
+        assert!(
+            (0..n).all(|i| got[i] == 2.0 * i as f64),
+            "a pieced f64 average"
+        );
         println!("rank {}: collectives ok", g.rank());
         return;
     }

@@ -26,6 +26,17 @@ use std::time::{Duration, Instant};
 /// The tag of arrival messages on their own communicator.
 const ARRIVAL_TAG: c_int = 7;
 
+/// An all-reduce of a larger buffer runs as one `MPI_Allreduce` per piece of this many
+/// bytes, in order (likely because a piece, both ranks' copies and Open MPI's scratch, stays
+/// in the 32 MiB L3 cache through the all-reduce's phases, where a whole 25 MiB bucket goes
+/// out to memory in each). Measured: 2 ranks, a C loop of 30 calls in place, medians 3.2-3.6 ms in 2 MiB pieces against 4.8-6.0 ms whole
+/// on huge pages (7.4-8.1 ms against 10.5-11.1 on 4 KiB pages), where 1, 4 and 8 MiB
+/// pieces took 3.6-4.0, 3.4-3.6 and 3.9-7.4 ms. Every rank splits the buffer the same way
+/// and each element is reduced by exactly one call (with 2 ranks, to the same sum as one
+/// whole call; with more, in whatever order Open MPI's algorithm for that size takes, as
+/// for a buffer of that size). It also lifts MPI's 2^31 - 1 element limit on one call.
+pub(crate) const ALL_REDUCE_CHUNK_BYTES: usize = 2 << 20;
+
 /// The live world (a second `ProcessGroup::mpi()` shares it), and whether MPI was
 /// finalised (it cannot be initialised again in this process).
 static WORLD: Mutex<(Option<Weak<CommThread>>, bool)> = Mutex::new((None, false));
@@ -323,10 +334,18 @@ unsafe fn run(
                     (bp, raw(o).1)
                 }
             };
-            fail(
-                ffi::MPI_Allreduce(send, recv, count(&what, n)?, ty, mop, c.coll),
-                "MPI_Allreduce",
-            )?;
+            let elem = b.dtype().size_bytes();
+            let per_call = (ALL_REDUCE_CHUNK_BYTES / elem).max(1);
+            let in_place = c.in_place.is_some();
+            for start in (0..n).step_by(per_call) {
+                let len = per_call.min(n - start);
+                let at = |p: *mut c_void| p.cast::<u8>().add(start * elem).cast::<c_void>();
+                let send = if in_place { send } else { at(send) };
+                fail(
+                    ffi::MPI_Allreduce(send, at(recv), count(&what, len)?, ty, mop, c.coll),
+                    "MPI_Allreduce",
+                )?;
+            }
             let mut result = match out {
                 Some(o) => {
                     *spare = Some(b);
