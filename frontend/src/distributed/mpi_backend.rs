@@ -29,9 +29,10 @@ const ARRIVAL_TAG: c_int = 7;
 /// An all-reduce of a larger buffer runs as one `MPI_Allreduce` per piece of this many
 /// bytes, in order (likely because a piece, both ranks' copies and Open MPI's scratch, stays
 /// in the 32 MiB L3 cache through the all-reduce's phases, where a whole 25 MiB bucket goes
-/// out to memory in each). Measured: 2 ranks, a C loop of 30 calls in place, medians 3.2-3.6 ms in 2 MiB pieces against 4.8-6.0 ms whole
-/// on huge pages (7.4-8.1 ms against 10.5-11.1 on 4 KiB pages), where 1, 4 and 8 MiB
-/// pieces took 3.6-4.0, 3.4-3.6 and 3.9-7.4 ms. Every rank splits the buffer the same way
+/// out to memory in each). Measured: 2 ranks, a C loop of 30 calls in place, medians
+/// 3.2-3.6 ms in 2 MiB pieces against 4.8-6.0 ms whole on huge pages (7.4-8.1 ms against
+/// 10.5-11.1 on 4 KiB pages), where 1, 4 and 8 MiB pieces took 3.6-4.0, 3.4-3.6 and
+/// 3.9-7.4 ms. Every rank splits the buffer the same way
 /// and each element is reduced by exactly one call (with 2 ranks, to the same sum as one
 /// whole call; with more, in whatever order Open MPI's algorithm for that size takes, as
 /// for a buffer of that size). It also lifts MPI's 2^31 - 1 element limit on one call.
