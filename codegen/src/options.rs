@@ -104,6 +104,11 @@ pub struct CodegenOptions {
     /// the C tier's on-disk cache (`None`: `KILN_CACHE_DIR`, else the user's cache
     /// directory; see `cpu::c_tier::cache::Cache::default_dir`)
     pub cache_dir: Option<std::path::PathBuf>,
+    /// the C tier writes a kernel's outputs with streaming (non-temporal) stores in calls
+    /// that store at least this many bytes (`None`: never; the default is three quarters of
+    /// the host's last-level cache, see `cpu::c_tier::streams`); `KILN_STREAM_MIN_BYTES`
+    /// (a number of bytes, or `never`)
+    pub stream_min_bytes: Option<u64>,
 }
 
 /// The default of [`CodegenOptions::c_tier_after`], in milliseconds.
@@ -122,6 +127,7 @@ impl Default for CodegenOptions {
             tier: TierPolicy::Auto,
             c_tier_after: std::time::Duration::from_millis(C_TIER_AFTER_MS),
             cache_dir: None,
+            stream_min_bytes: crate::cpu::c_tier::streams::host_stream_min_bytes(),
         }
     }
 }
@@ -157,6 +163,11 @@ impl CodegenOptions {
                 .map(std::time::Duration::from_millis)
                 .unwrap_or(d.c_tier_after),
             cache_dir: d.cache_dir,
+            stream_min_bytes: match var("KILN_STREAM_MIN_BYTES").as_deref() {
+                Some("never") => None,
+                Some(v) => v.parse().ok().or(d.stream_min_bytes),
+                None => d.stream_min_bytes,
+            },
         }
     }
 }

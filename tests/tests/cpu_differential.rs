@@ -7,7 +7,8 @@
 //!
 //! Every case runs three times: with fusion on (`fused::*`) and with every op its own kernel
 //! (`unfused::*`), both on Cranelift code, and with fusion on and every kernel built by the
-//! C compiler (`c_tier::*`, the C tier up front; Cranelift where it does not take a kernel). Each test compiles its function once per input shape (cpu and
+//! C compiler (`c_tier::*`, the C tier up front, every aligned output store streaming;
+//! Cranelift where it does not take a kernel). Each test compiles its function once per input shape (cpu and
 //! interpreter backends) and calls it on several layouts of inputs; the compiled result is
 //! compared with eager, and both with the interpreter, within a tolerance that depends on the
 //! kind of computation (see [`Tol`]). A test collects every mismatch before failing, so that
@@ -341,11 +342,18 @@ fn with_tier(tier: TierPolicy, f: impl FnOnce()) {
 }
 
 fn cpu_options(fusion: bool) -> CompileOptions {
-    CompileOptions::default()
+    let tier = TIER.with(|t| t.get());
+    let options = CompileOptions::default()
         .backend(Backend::Cpu)
         .fusion(fusion)
         .fullgraph(true)
-        .tier(TIER.with(|t| t.get()))
+        .tier(tier);
+    if tier == TierPolicy::CUpFront {
+        // every aligned output store streaming, so that these small cases run that path
+        options.stream_stores_from(Some(0))
+    } else {
+        options
+    }
 }
 
 fn interp_options() -> CompileOptions {

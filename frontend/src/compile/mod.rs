@@ -155,6 +155,14 @@ impl CompileOptions {
         self
     }
 
+    /// The C tier writes a kernel's outputs with streaming (non-temporal) stores in calls
+    /// that store at least `bytes` (`None`: never). The default is three quarters of the
+    /// host's last-level cache (`KILN_STREAM_MIN_BYTES`: a number of bytes, or `never`).
+    pub fn stream_stores_from(mut self, bytes: Option<u64>) -> Self {
+        self.codegen.stream_min_bytes = bytes;
+        self
+    }
+
     /// Turns fusion on or off (off: every op is its own kernel).
     pub fn fusion(mut self, fusion: bool) -> Self {
         self.fusion = fusion;

@@ -26,7 +26,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub enum Executor {
     /// `kiln::compile` with the cpu backend (fusion on), Cranelift code only
     Cpu,
-    /// the cpu backend with every kernel built by the C compiler up front (the C tier)
+    /// the cpu backend with every kernel built by the C compiler up front (the C tier),
+    /// every aligned output store streaming
     CpuC,
     /// the cpu backend with the automatic tier switch after the first call of each kernel
     /// (a kernel runs Cranelift code until its C code is ready, then the C code)
@@ -72,7 +73,11 @@ impl Executor {
         let o = CompileOptions::default().name("fuzz");
         match self {
             Executor::Cpu => o.backend(Backend::Cpu).tier(TierPolicy::CraneliftOnly),
-            Executor::CpuC => o.backend(Backend::Cpu).tier(TierPolicy::CUpFront),
+            // every aligned output store streaming, so that small graphs run that path
+            Executor::CpuC => o
+                .backend(Backend::Cpu)
+                .tier(TierPolicy::CUpFront)
+                .stream_stores_from(Some(0)),
             Executor::CpuTiered => o
                 .backend(Backend::Cpu)
                 .tier(TierPolicy::Auto)

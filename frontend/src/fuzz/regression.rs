@@ -80,7 +80,7 @@ pub fn write(dir: &Path, name: &str, g: &Graph, d: &Divergence, origin: &str) ->
     let (tier, unfused) = match d.executor {
         Executor::CpuUnfused => ("KILN_TIER=cranelift ", " --unfused"),
         Executor::Cpu => ("KILN_TIER=cranelift ", ""),
-        Executor::CpuC => ("KILN_TIER=c ", ""),
+        Executor::CpuC => ("KILN_TIER=c KILN_STREAM_MIN_BYTES=0 ", ""),
         Executor::CpuTiered => ("KILN_TIER=auto KILN_C_TIER_AFTER_MS=0 ", ""),
         Executor::Interp | Executor::Cuda => ("", ""),
     };

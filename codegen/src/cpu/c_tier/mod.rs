@@ -16,6 +16,7 @@ pub mod cache;
 pub mod compiler;
 pub mod reference;
 pub mod source;
+pub mod streams;
 pub mod tiering;
 pub mod validate;
 

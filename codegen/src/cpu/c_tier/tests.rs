@@ -163,6 +163,17 @@ fn every_kernel_is_taken_and_agrees_with_its_cranelift_code() {
             flat.outer = 0;
             specs.push(flat);
         }
+        // every call streaming its outputs where their stores are aligned (the check's
+        // buffers start at multiples of 64, and its rows of one vector keep them so)
+        let streamed: Vec<Spec> = specs
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.opts.stream_min_bytes = Some(0);
+                s
+            })
+            .collect();
+        specs.extend(streamed);
         for spec in &specs {
             let source = c_source(nest, spec, Lanes::host())
                 .unwrap_or_else(|e| panic!("{}: not taken: {e}", nest.name));
@@ -174,7 +185,7 @@ fn every_kernel_is_taken_and_agrees_with_its_cranelift_code() {
             checked += 1;
         }
     }
-    assert!(checked >= 14, "{checked} specialisations checked");
+    assert!(checked >= 28, "{checked} specialisations checked");
 }
 
 #[test]
@@ -353,6 +364,11 @@ fn kernel_source_snapshot() {
 
 /// The C source of the one row kernel of graph `name` in [`GRAPHS`].
 fn row_kernel_source(name: &str) -> String {
+    row_kernel_source_with(name, &CodegenOptions::default())
+}
+
+/// [`row_kernel_source`] with `opts`.
+fn row_kernel_source_with(name: &str, opts: &CodegenOptions) -> String {
     let start = GRAPHS.find(&format!("graph @{name}(")).expect("the graph");
     let text = &GRAPHS[start..];
     let text = &text[..text.find("\n}\n").expect("its end") + 3];
@@ -360,7 +376,8 @@ fn row_kernel_source(name: &str) -> String {
     let [nest] = nests.as_slice() else {
         panic!("{name}: one kernel, got {}", nests.len());
     };
-    let spec = default_spec(nest, &CodegenOptions::default());
+    let mut spec = default_spec(nest, opts);
+    spec.opts = opts.clone();
     c_source(nest, &spec, Lanes(16)).expect("taken")
 }
 
@@ -385,6 +402,57 @@ fn write_prefetches_ride_with_the_read_prefetches() {
     let layernorm = row_kernel_source("layernorm");
     assert!(layernorm.contains(read), "{layernorm}");
     assert!(!layernorm.contains(write), "{layernorm}");
+}
+
+#[test]
+fn one_loop_reductions_prefetch_a_page_ahead() {
+    let ahead = "* 4 + 4096, 0, 3);";
+    // the sum of squares of each row, in one loop: x is prefetched a page ahead, once per
+    // 64-byte line of the unrolled body
+    let text = "graph @sum_of_squares(%x: f32[R,C]) -> f32[R] {
+  %0 = mul %x, %x : f32[R,C]
+  %1 = sum %0 {dims = [1], keepdim = false} : f32[R]
+  return %1
+}
+";
+    let [nest] = nests_of(text).try_into().expect("one kernel");
+    let spec = default_spec(&nest, &CodegenOptions::default());
+    let source = c_source(&nest, &spec, Lanes(16)).expect("taken");
+    assert_eq!(source.matches(ahead).count(), 4, "{source}");
+    // row kernels of several loops prefetch the next row instead
+    for name in ["softmax", "layernorm"] {
+        let source = row_kernel_source(name);
+        assert!(!source.contains(ahead), "{source}");
+    }
+}
+
+#[test]
+fn outputs_written_once_and_never_read_back_are_streamed() {
+    let from = |min: Option<u64>| CodegenOptions {
+        stream_min_bytes: min,
+        ..CodegenOptions::default()
+    };
+    let kernel =
+        |source: String| source[source.find("void kiln_kernel").expect("it")..].to_string();
+    // layernorm stores its output once, in its last loop: streamed in calls that store
+    // 1 MiB or more, where the addresses are aligned; the stores are fenced at the end
+    let layernorm = kernel(row_kernel_source_with("layernorm", &from(Some(1 << 20))));
+    for line in [
+        "const int kiln_stream = KILN_STREAMS && n0 * n1 * 4 >= 1048576LL;",
+        "const int nt3 = kiln_stream && (((uint64_t)(uintptr_t)(p3 + i0 * 4) | (uint64_t)s3_0) \
+         & (4 * KILN_W - 1)) == 0;",
+        "kf_store_to(b3 + (i + 0 * KILN_W) * 4, v19_0, nt3);",
+        "if (kiln_stream) kiln_stream_fence();",
+    ] {
+        assert!(layernorm.contains(line), "no {line} in\n{layernorm}");
+    }
+    assert!(!layernorm.contains("kf_store("), "{layernorm}");
+    // softmax stores exp(x - max) and scales it in place in the next loop: never streamed
+    let softmax = kernel(row_kernel_source_with("softmax", &from(Some(0))));
+    assert!(!softmax.contains("stream"), "{softmax}");
+    // options that never stream: no streaming code
+    let plain = kernel(row_kernel_source_with("layernorm", &from(None)));
+    assert!(!plain.contains("stream"), "{plain}");
 }
 
 #[test]

@@ -13,11 +13,32 @@ use kiln_ir::DType;
 /// Rows per outer dim in the check.
 const ROWS_PER_DIM: usize = 3;
 
-/// One buffer of the check: its bytes and its strides in bytes (outer dims, then inner).
+/// One buffer of the check: its bytes (starting at a multiple of 64, as the allocator's
+/// blocks do, so that a kernel's aligned stores, streaming ones included, run here) and its
+/// strides in bytes (outer dims, then inner).
 struct Buf {
-    bytes: Vec<u8>,
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
     strides: Vec<i64>,
     bool_: bool,
+}
+
+impl Buf {
+    /// `len` zero bytes starting at a multiple of 64.
+    fn zeroed(len: usize) -> (Vec<u8>, usize) {
+        let storage = vec![0u8; len + 64];
+        let start = storage.as_ptr().align_offset(64).min(64);
+        (storage, start)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
 }
 
 /// A small deterministic generator (xorshift), so the check needs no dependency.
@@ -60,7 +81,8 @@ fn buffers(nest: &LoopNest, spec: &Spec, inner: usize, seed: u64) -> Vec<Buf> {
                 s *= ROWS_PER_DIM;
             }
             let n = s * es;
-            let mut bytes = vec![0u8; n];
+            let (mut storage, start) = Buf::zeroed(n);
+            let bytes = &mut storage[start..start + n];
             if b.role == Role::Input {
                 if bool_ {
                     for x in bytes.iter_mut() {
@@ -73,7 +95,9 @@ fn buffers(nest: &LoopNest, spec: &Spec, inner: usize, seed: u64) -> Vec<Buf> {
                 }
             }
             Buf {
-                bytes,
+                storage,
+                start,
+                len: n,
                 strides,
                 bool_,
             }
@@ -83,7 +107,10 @@ fn buffers(nest: &LoopNest, spec: &Spec, inner: usize, seed: u64) -> Vec<Buf> {
 
 /// Runs `f` over every row and the whole inner range of `bufs`.
 fn run(f: KernelFn, bufs: &mut [Buf], k: usize, inner: usize) {
-    let ptrs: Vec<*mut u8> = bufs.iter_mut().map(|b| b.bytes.as_mut_ptr()).collect();
+    let ptrs: Vec<*mut u8> = bufs
+        .iter_mut()
+        .map(|b| b.bytes_mut().as_mut_ptr())
+        .collect();
     let strides: Vec<i64> = bufs.iter().flat_map(|b| b.strides.clone()).collect();
     let mut sizes = vec![ROWS_PER_DIM as i64; k];
     sizes.push(inner as i64);
@@ -133,11 +160,12 @@ pub fn check_against(
 
 fn compare(name: &str, x: &Buf, y: &Buf, inner: usize) -> Result<(), String> {
     if x.bool_ {
-        return match x.bytes.iter().zip(&y.bytes).position(|(p, q)| p != q) {
+        return match x.bytes().iter().zip(y.bytes()).position(|(p, q)| p != q) {
             None => Ok(()),
             Some(i) => Err(format!(
                 "{name} (inner length {inner}) byte {i}: {} against {}",
-                x.bytes[i], y.bytes[i]
+                x.bytes()[i],
+                y.bytes()[i]
             )),
         };
     }
@@ -146,7 +174,7 @@ fn compare(name: &str, x: &Buf, y: &Buf, inner: usize) -> Result<(), String> {
             .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
     };
-    let (p, q) = (f(&x.bytes), f(&y.bytes));
+    let (p, q) = (f(x.bytes()), f(y.bytes()));
     for (i, (&a, &b)) in p.iter().zip(&q).enumerate() {
         let same = (a.is_nan() && b.is_nan())
             || a == b
