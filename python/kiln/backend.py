@@ -53,6 +53,9 @@ _DTYPES = {
     torch.bool: "bool",
 }
 
+_ITEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
+"""Bytes per element of each kiln dtype name in ``_DTYPES``."""
+
 _MODES = {None: "auto", "default": "auto", "reduce-overhead": "auto", "max-autotune": "c",
           "max-autotune-no-cudagraphs": "c", "cranelift": "cranelift"}
 
@@ -130,13 +133,94 @@ class _KilnGraph:
         self.compiled = _native.compile(tr.kir, "cpu", tier)
         self.attrs = [fx_to_kir._fetch_attr(gm, t) for t in tr.attr_targets]
         self.pin = pin
+        self.layouts = _output_layouts(gm)
+        self.fresh = any(not lay.may_alias for lay in self.layouts)
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
         specs = []
         for index in self.translation.placeholder_index:
             t = args[index] if index >= 0 else self.attrs[-1 - index]
             specs.append(_describe(t, self.pin))
-        return [from_dlpack(c) for c in self.compiled(specs)]
+        outs = [from_dlpack(c) for c in self.compiled(specs)]
+        return _as_eager_lays_out(outs, self.layouts, specs if self.fresh else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class _OutputLayout:
+    """What eager PyTorch's version of one graph output looks like, from its FX metadata."""
+
+    strides: Optional[tuple[int, ...]]
+    """Its strides, or None where they are symbolic (then kiln's are kept)."""
+    may_alias: bool
+    """Whether it may share memory with a graph input or another output (eager returns a
+    view there); when not, an output kiln returns as a view of an input (``clone`` is the
+    identity in kiln's functional IR) or of another output is copied."""
+
+
+def _output_layouts(gm: torch.fx.GraphModule) -> list[_OutputLayout]:
+    """One :class:`_OutputLayout` per output of ``gm``. Storage identity is read from the fake
+    tensors, as aot_autograd reads it for its own aliasing metadata."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(v: Any) -> Any:
+        try:
+            return StorageWeakRef(v.untyped_storage())
+        except Exception:  # no storage to compare (a symbolic or unusual tensor): may alias
+            return None
+
+    inputs = {storage(n.meta.get("val")) for n in gm.graph.nodes
+              if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)}
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    values = [v.meta.get("val") if isinstance(v, torch.fx.Node) else None for v in out]
+    stores = [storage(v) if isinstance(v, torch.Tensor) else None for v in values]
+    layouts = []
+    for i, v in enumerate(values):
+        if not isinstance(v, torch.Tensor):
+            layouts.append(_OutputLayout(None, True))
+            continue
+        strides = tuple(v.stride())
+        concrete = all(isinstance(s, int) for s in strides) and all(
+            isinstance(s, int) for s in v.shape)
+        st = stores[i]
+        shared = st is None or st in inputs or any(
+            j != i and stores[j] == st for j in range(len(values)))
+        layouts.append(_OutputLayout(strides if concrete else None, shared))
+    return layouts
+
+
+def _strides_differ(shape: Sequence[int], got: Sequence[int], want: Sequence[int]) -> bool:
+    """Whether a tensor of ``shape`` laid out with ``got`` reads differently from ``want``
+    (strides of dimensions of size 1 do not matter)."""
+    return any(s > 1 and g != w for s, g, w in zip(shape, got, want))
+
+
+def _as_eager_lays_out(outs: list[torch.Tensor], layouts: Sequence[_OutputLayout],
+                       specs: Optional[list]) -> list[torch.Tensor]:
+    """kiln's outputs with eager's strides, and fresh memory where eager's is fresh: eager
+    ops after a kiln partition may take the layout its FX metadata promised for granted
+    (``_embedding_bag_forward_only`` reads its indices as contiguous after a ``clone``), and
+    a caller may write an output in place. ``specs`` (the inputs' descriptions) is given
+    when some output must not alias; kiln's own outputs are fresh buffers otherwise."""
+    seen: set[int] = set()
+    for i, (o, lay) in enumerate(zip(outs, layouts)):
+        want = lay.strides
+        if want is not None and o.stride() != want and _strides_differ(o.shape, o.stride(), want):
+            outs[i] = torch.empty_strided(o.shape, want, dtype=o.dtype).copy_(o)
+            seen.add(outs[i].data_ptr())
+            continue
+        if specs is None or lay.may_alias or o.numel() == 0:
+            continue
+        p = o.data_ptr()
+        aliased = p in seen
+        if not aliased:
+            for s in specs:
+                if s[0] <= p < s[0] + s[5] * _ITEM_BYTES[s[1]]:
+                    aliased = True
+                    break
+        if aliased:
+            outs[i] = o.clone(memory_format=torch.preserve_format)
+        seen.add(outs[i].data_ptr())
+    return outs
 
 
 _pin_keys: dict[int, int] = {}

@@ -1251,7 +1251,7 @@ def _group_norm(b: _Builder, a: dict, out: Out) -> tuple:
     then the per-channel affine; (output, mean [N, G], rstd [N, G])."""
     x, w, bias, eps, g = _tensor(a, "input"), a["weight"], a["bias"], float(a["eps"]), a["group"]
     n = _static_size(x, 0)
-    xs = b.reshape(b.cast(x, _stats_dtype(x)), (n, g, _numel(x.shape) // (n * g)))
+    xs = b.reshape(b.cast(x, _stats_dtype(x)), (n, g, _numel(x.shape[1:]) // g))
     mean = b.reduce("mean", xs, [2], True)
     rstd = b.unary("rsqrt", b.add(b.var(xs, [2], 0, True), eps))
     y = b.reshape(b.mul(b.sub(xs, mean), rstd), x.shape)

@@ -193,6 +193,44 @@ def test_unsupported_ops_run_in_eager_and_explain_lists_them(caplog):
     assert "aten.mode" in str(report)
 
 
+def test_outputs_have_eager_strides_and_eager_freshness():
+    # kiln's IR is functional: `clone` is the identity and views are free, so its graph can
+    # hand back an input itself, or a layout eager would not. The backend gives each output
+    # the strides its FX metadata promises and copies an output that would alias an input
+    # where eager's is fresh memory.
+    base = torch.randn(6, 8)
+    x = base[::2, 1::2]
+
+    def f(a):
+        return a.clone(), (a * 2).t(), a.contiguous()
+
+    got = torch.compile(f, backend="kiln", fullgraph=True, dynamic=False)(x)
+    want = f(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **F32)
+        assert g.stride() == w.stride()
+    before = base.clone()
+    for g in got:
+        g.add_(1)
+    assert torch.equal(base, before), "an output shared memory with the input"
+
+
+def test_eager_ops_after_a_kiln_partition_get_the_layout_promised():
+    # regression: the partition before an eager `_embedding_bag_forward_only` was a lone
+    # `clone(indices, contiguous)`; kiln returned the stride-2 indices themselves, which the
+    # eager op read as contiguous (wrong bags, indices out of range)
+    w = torch.randn(10, 5)
+    idx = torch.tensor([1, 0, 2, 0, 3, 0, 4, 0, 9, 0])[::2]
+    offsets = torch.tensor([0, 3])
+    psw = torch.randn(5)
+
+    def f(w, i, o, p):
+        return F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p)
+
+    got = torch.compile(f, backend="kiln", fullgraph=True, dynamic=False)(w, idx, offsets, psw)
+    torch.testing.assert_close(got, f(w, idx, offsets, psw), **F32)
+
+
 def test_complex_tensors_fall_back_with_a_reason():
     def f(x):
         return (x * 2).abs() + 1

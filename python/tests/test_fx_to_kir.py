@@ -208,6 +208,15 @@ def test_layer_norm_forward_backward():
           torch.randn(8, requires_grad=True), backward=True, **LOOSE)
 
 
+@pytest.mark.parametrize("shape", [(2, 6, 5), (1, 4, 3, 3), (0, 6, 4)])
+def test_group_norm_forward_backward(shape):
+    # an empty batch once divided by zero in the translator (0 rows of 0 groups)
+    g = torch.randn(shape)
+    check(lambda a, w, b: F.group_norm(a, 2, w, b, 1e-4) * g,
+          torch.randn(shape, requires_grad=True), torch.randn(shape[1], requires_grad=True),
+          torch.randn(shape[1], requires_grad=True), backward=True, **LOOSE)
+
+
 def test_mlp_forward_backward():
     torch.manual_seed(0)
     mlp = nn.Sequential(nn.Linear(5, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 16),
