@@ -36,7 +36,7 @@ mod tensor;
 
 pub use compile::{
     compile, compile_with, explain, Backend, CompileOptions, CompileStats, CompiledFn, Dynamic,
-    ExplainReport, Mode,
+    ExplainReport, GradientSplit, Mode,
 };
 pub use error::{Error, Result};
 pub use kiln_ir::{DType, Dim, Graph, Scalar, Shape, TensorType};

@@ -284,3 +284,92 @@ fn a_failed_backward_does_not_poison_the_next() {
     loss().backward().unwrap();
     assert!(ddp.module().parameters().iter().all(|p| p.grad().is_some()));
 }
+
+/// Compiled DDP for any function (torch's DDPOptimizer): `ddp.compile` cuts the traced
+/// graph where the parameters used change bucket, so a model that is not a `Sequential`
+/// (here a residual block) trains as one forward and backward per bucket run. Gradients
+/// equal the unsplit compiled graph's and eager's, and the last layer's bucket is complete
+/// while the first layer's gradient is still to be computed: its all-reduce could overlap.
+#[test]
+fn any_compiled_function_splits_at_bucket_boundaries() {
+    use kiln::nn::functional::{mse_loss, Reduction};
+    use kiln::{compile, CompileOptions};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // 8-16-16-4: buckets [4.*], [2.*], [0.*] with a 1 KiB cap
+    let opts = DdpOptions {
+        first_bucket_mb: 0.0002,
+        bucket_cap_mb: 0.001,
+        ..DdpOptions::default()
+    };
+    let ddp = local_ddp(&[8, 16, 16, 4], 11, opts);
+    assert_eq!(ddp.buckets().len(), 3, "{}", ddp.bucket_table());
+    let m = ddp.module();
+    let residual = |x: &Tensor| -> kiln::Result<Tensor> {
+        let h = m.get(1).unwrap().forward(&m.get(0).unwrap().forward(x)?)?;
+        let r = m.get(3).unwrap().forward(&m.get(2).unwrap().forward(&h)?)?;
+        m.get(4).unwrap().forward(&r.add(&h)?)
+    };
+    let loss_of = |xs: &[Tensor]| -> kiln::Result<Vec<Tensor>> {
+        Ok(vec![mse_loss(&residual(&xs[0])?, &xs[1], Reduction::Mean)?])
+    };
+    let x = Tensor::randn(&[5, 8], DType::F32, 12).unwrap();
+    let y = Tensor::randn(&[5, 4], DType::F32, 13).unwrap();
+    let params = m.parameters();
+    // when the last layer's weight is complete: how many first-layer grads exist already
+    let first_done_early = Arc::new(AtomicUsize::new(usize::MAX));
+    let (w0, w4) = (params[0].clone(), params[4].clone());
+    let seen = first_done_early.clone();
+    w4.register_post_accumulate_grad_hook(move |_| {
+        seen.store(usize::from(w0.grad().is_some()), Ordering::SeqCst);
+        Ok(())
+    })
+    .unwrap();
+    let grads = |loss: Tensor| -> (f64, Vec<Vec<f64>>, usize) {
+        m.zero_grad();
+        first_done_early.store(usize::MAX, Ordering::SeqCst);
+        let l = loss.item().unwrap();
+        loss.backward().unwrap();
+        let g = params
+            .iter()
+            .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
+            .collect();
+        (l, g, first_done_early.load(Ordering::SeqCst))
+    };
+    let eager = grads(loss_of(&[x.clone(), y.clone()]).unwrap().remove(0));
+    let whole = compile(loss_of);
+    let split = ddp.compile(loss_of, CompileOptions::default().name("residual"));
+    let close = |a: &[Vec<f64>], b: &[Vec<f64>], what: &str| {
+        for (p, q) in a.iter().flatten().zip(b.iter().flatten()) {
+            assert!(
+                (p - q).abs() <= 1e-5 * q.abs().max(1e-3),
+                "{what}: {p} vs {q}"
+            );
+        }
+    };
+    for _ in 0..2 {
+        let w = grads(whole.call(&[x.clone(), y.clone()]).unwrap().remove(0));
+        let s = grads(split.call(&[x.clone(), y.clone()]).unwrap().remove(0));
+        assert!(
+            (s.0 - w.0).abs() <= 1e-6 * w.0.abs(),
+            "loss {} vs {}",
+            s.0,
+            w.0
+        );
+        close(&s.1, &w.1, "split vs whole compiled");
+        close(&s.1, &eager.1, "split vs eager");
+        // one backward node: the first layer's gradient comes with the last one's
+        assert_eq!(w.2, 1, "whole graph");
+        // split: the last bucket's weight is complete before the first layer's backward
+        assert_eq!(s.2, 0, "split graph");
+    }
+    assert_eq!(whole.training_graphs().len(), 1);
+    assert_eq!(split.training_graphs().len(), 3);
+    assert_eq!(split.explain_last().partitions.len(), 3);
+    let st = split.stats();
+    assert_eq!(
+        (st.entries, st.compiles),
+        (1, 6),
+        "one entry: three forwards and backwards"
+    );
+}

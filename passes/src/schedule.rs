@@ -278,11 +278,20 @@ pub fn kernel_graph(
     };
     let mut out = Graph::new(format!("k{k}_{}", kind.name()));
     let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    let named: std::collections::HashSet<&str> =
+        inputs.iter().filter_map(|v| g.input_name(*v)).collect();
     for v in inputs {
-        let name = g
-            .input_name(*v)
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("v{}", v.index()));
+        let name = match g.input_name(*v) {
+            Some(n) => n.to_string(),
+            // a computed value: `v<index>`, with `_` appended past any graph input of that name
+            None => {
+                let mut n = format!("v{}", v.index());
+                while named.contains(n.as_str()) {
+                    n.push('_');
+                }
+                n
+            }
+        };
         map.insert(*v, out.add_input(name, g.node(*v).ty.clone()).map_err(bad)?);
     }
     for id in nodes {

@@ -17,6 +17,7 @@ use super::guards::{GuardFailure, Guards, TensorGuard};
 use super::lazy;
 use super::logs;
 use super::repro;
+use super::split_training::{assign_segments, SplitTraining, Trainer};
 use super::stats::CompileStats;
 use super::tracer::{GraphBreak, SegmentRunner, TraceEnd, Tracer};
 use super::training::Training;
@@ -42,7 +43,7 @@ enum EntryKind {
         symbolic: bool,
         /// for inputs that require grad: the compiled forward and backward (`exe` is then
         /// not run)
-        training: Option<Arc<Training>>,
+        training: Option<Arc<Trainer>>,
         /// in-place updates written back, gradients set, `.grad` inputs fetched
         effects: Box<WholeEffects>,
     },
@@ -335,7 +336,9 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 // would be, without keeping them
                 if let Some(t) = build_training(&graph, flat, &params, &effects, &self.shared.opts)?
                 {
-                    self.shared.compiles.fetch_add(2, Ordering::Relaxed);
+                    self.shared
+                        .compiles
+                        .fetch_add(t.graph_pairs().len() as u64 * 2, Ordering::Relaxed);
                     return run_whole(&NotRun, &Some(t), flat, &params, &effects);
                 }
                 run_whole(
@@ -481,8 +484,10 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
                 logs::log_graph(&graph);
                 let exe: Arc<dyn Executable> = match &training {
                     // the training forward runs instead
-                    Some(_) => {
-                        self.shared.compiles.fetch_add(2, Ordering::Relaxed);
+                    Some(t) => {
+                        self.shared
+                            .compiles
+                            .fetch_add(t.graph_pairs().len() as u64 * 2, Ordering::Relaxed);
                         Arc::new(NotRun)
                     }
                     None => {
@@ -684,11 +689,11 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
         let st = self.shared.state.lock();
         st.entries
             .iter()
-            .filter_map(|e| match &e.kind {
+            .flat_map(|e| match &e.kind {
                 EntryKind::Whole {
                     training: Some(t), ..
-                } => Some((t.forward.clone(), t.backward.clone())),
-                _ => None,
+                } => t.graph_pairs(),
+                _ => Vec::new(),
             })
             .collect()
     }
@@ -734,11 +739,11 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
             partitions: st
                 .entries
                 .iter()
-                .filter_map(|e| match &e.kind {
+                .flat_map(|e| match &e.kind {
                     EntryKind::Whole {
                         training: Some(t), ..
-                    } => Some(t.report.clone()),
-                    _ => None,
+                    } => t.reports(),
+                    _ => Vec::new(),
                 })
                 .collect(),
             tiers: st
@@ -767,7 +772,7 @@ impl<'f, A: ?Sized + TensorArgs, O: TensorOutputs> CompiledFn<'f, A, O> {
 /// recorded for autograd, when the entry was compiled for gradients).
 fn run_whole<O: TensorOutputs>(
     exe: &dyn Executable,
-    training: &Option<Arc<Training>>,
+    training: &Option<Arc<Trainer>>,
     flat: &[Tensor],
     params: &[Tensor],
     effects: &WholeEffects,
@@ -920,7 +925,7 @@ fn build_training(
     params: &[Tensor],
     effects: &WholeEffects,
     opts: &CompileOptions,
-) -> Result<Option<Arc<Training>>> {
+) -> Result<Option<Arc<Trainer>>> {
     if effects.backward || !effects.outputs_need_grad {
         // the function differentiated itself (its graph holds the backward already), or
         // its outputs do not depend on what requires grad through ops recorded with grad
@@ -932,7 +937,20 @@ fn build_training(
         return Ok(None);
     }
     let hints = symbol_sizes(graph, flat, params);
-    Ok(Training::build(graph, &wants, hints, opts)?.map(Arc::new))
+    if let Some(split) = &opts.gradient_split {
+        // arguments are in no bucket; each parameter in the one the split gives it
+        let buckets: Vec<Option<usize>> = flat
+            .iter()
+            .map(|_| None)
+            .chain(params.iter().map(|p| split.bucket_of(p)))
+            .collect();
+        let segment_of = assign_segments(graph, &buckets);
+        if segment_of.iter().flatten().any(|&s| s > 0) {
+            let s = SplitTraining::build(graph, &segment_of, &wants, hints, opts)?;
+            return Ok(Some(Arc::new(Trainer::Split(s))));
+        }
+    }
+    Ok(Training::build(graph, &wants, hints, opts)?.map(|t| Arc::new(Trainer::Whole(Arc::new(t)))))
 }
 
 /// The size each symbol of `graph` has in this call (to weigh the partition).

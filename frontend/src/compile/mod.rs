@@ -29,6 +29,7 @@ mod guards;
 pub(crate) mod lazy;
 mod logs;
 mod repro;
+mod split_training;
 mod stats;
 mod tracer;
 mod training;
@@ -39,6 +40,7 @@ pub use compiled_fn::CompiledFn;
 pub use explain::ExplainReport;
 pub use guards::{GuardFailure, Guards, TensorGuard};
 pub use logs::{enabled as log_enabled, parse_log_spec, LogCategory};
+pub use split_training::GradientSplit;
 pub use stats::CompileStats;
 pub use tracer::GraphBreak;
 
@@ -104,6 +106,11 @@ pub struct CompileOptions {
     /// recomputes more (large reductions, then matmuls) until it fits
     /// (`torch._functorch.config.activation_memory_budget`)
     pub memory_budget: Option<f64>,
+    /// compiled training: cut the graph into one forward and backward per run of
+    /// parameters in the same gradient bucket, so that each bucket's gradients are complete
+    /// while earlier segments' backwards still run (data-parallel training overlaps its
+    /// all-reduces with them; see [`CompileOptions::split_gradients`])
+    pub gradient_split: Option<GradientSplit>,
 }
 
 impl Default for CompileOptions {
@@ -121,6 +128,7 @@ impl Default for CompileOptions {
             disabled_rules: Vec::new(),
             codegen: kiln_codegen::CodegenOptions::from_env(),
             memory_budget: None,
+            gradient_split: None,
         }
     }
 }
@@ -129,6 +137,15 @@ impl CompileOptions {
     /// Sets the backend.
     pub fn backend(mut self, backend: Backend) -> Self {
         self.backend = backend;
+        self
+    }
+
+    /// Compiled training runs as a chain of graphs cut where the parameters used change
+    /// gradient bucket (torch's DDPOptimizer): each segment records its own autograd node,
+    /// so a bucket's post-accumulate hooks fire as soon as the segments using its parameters
+    /// have run their backward. Gradients equal the unsplit graph's.
+    pub fn split_gradients(mut self, split: GradientSplit) -> Self {
+        self.gradient_split = Some(split);
         self
     }
 

@@ -184,6 +184,16 @@ impl<M: Module> DistributedDataParallel<M> {
         &self.reducer.buckets
     }
 
+    /// Each bucketed parameter with its bucket's index.
+    pub(crate) fn bucket_of_params(&self) -> Vec<(Tensor, usize)> {
+        let r = &self.reducer;
+        r.params
+            .iter()
+            .cloned()
+            .zip(r.place.iter().map(|&(b, _)| b))
+            .collect()
+    }
+
     /// The bucket table as text: index, bytes, dtype and parameter names per bucket.
     pub fn bucket_table(&self) -> String {
         bucket_table(&self.reducer.buckets)

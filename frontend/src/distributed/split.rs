@@ -7,11 +7,14 @@
 
 use super::bucket::BucketInfo;
 use super::ddp::{bucket_table, DistributedDataParallel};
-use crate::compile::{compile_with, CompileOptions, CompiledFn};
+use crate::compile::{compile_with, CompileOptions, CompiledFn, GradientSplit};
+use crate::compile::{TensorArgs, TensorOutputs};
 use crate::error::Result;
+use crate::nn::Module;
 use crate::nn::Sequential;
 use crate::Tensor;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// One compiled segment: a range of layers and the buckets its parameters belong to.
 struct Segment<'m> {
@@ -101,6 +104,38 @@ impl DistributedDataParallel<Sequential> {
             .iter()
             .flat_map(|b| b.names.iter().map(move |n| (n.clone(), b.index)))
             .collect()
+    }
+}
+
+impl<M: Module> DistributedDataParallel<M> {
+    /// Each parameter's bucket, for [`CompileOptions::split_gradients`]: a function
+    /// compiled with it (any function of the module, `Sequential` or not) trains as one
+    /// graph per run of parameters in the same bucket, so each bucket's all-reduce starts
+    /// while the earlier segments' compiled backwards run. A parameter is known by its
+    /// autograd identity (the leaf the trace lifted), not by its values.
+    pub fn gradient_split(&self) -> GradientSplit {
+        let leaves: Vec<(Arc<crate::autograd::Meta>, usize)> = self
+            .bucket_of_params()
+            .into_iter()
+            .filter_map(|(p, b)| p.grad_meta.clone().map(|m| (m, b)))
+            .collect();
+        GradientSplit::new(move |t: &Tensor| {
+            let m = t.grad_meta.as_ref()?;
+            leaves
+                .iter()
+                .find(|(l, _)| Arc::ptr_eq(l, m))
+                .map(|(_, b)| *b)
+        })
+    }
+
+    /// `f` compiled with `opts` and split at this model's bucket boundaries
+    /// ([`DistributedDataParallel::gradient_split`]).
+    pub fn compile<'f, A: ?Sized + TensorArgs, O: TensorOutputs>(
+        &self,
+        f: impl Fn(&A) -> Result<O> + Send + Sync + 'f,
+        opts: CompileOptions,
+    ) -> CompiledFn<'f, A, O> {
+        compile_with(f, opts.split_gradients(self.gradient_split()))
     }
 }
 

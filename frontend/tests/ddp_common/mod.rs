@@ -33,19 +33,28 @@ pub struct Case {
     pub micro: usize,
     /// compiled as one graph per bucket group (`compile_split`) instead of one graph
     pub split: bool,
+    /// the loss function compiled with the model's bucket split (`ddp.compile`: the traced
+    /// graph cut at bucket boundaries) instead of one graph
+    pub graph_split: bool,
 }
 
 /// Every case the tests run.
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     for opt in [Opt::SgdMomentum, Opt::AdamW] {
-        for (compiled, split) in [(false, false), (true, false), (true, true)] {
+        for (compiled, split, graph_split) in [
+            (false, false, false),
+            (true, false, false),
+            (true, true, false),
+            (true, false, true),
+        ] {
             for micro in [1, 2] {
                 v.push(Case {
                     opt,
                     compiled,
                     micro,
                     split,
+                    graph_split,
                 });
             }
         }
@@ -99,7 +108,10 @@ pub fn train(group: Option<ProcessGroup>, case: Case, steps: usize) -> Result<Ve
     let loss_of = |xs: &[Tensor]| -> Result<Vec<Tensor>> {
         Ok(vec![mse_loss(&net.fwd(&xs[0])?, &xs[1], Reduction::Mean)?])
     };
-    let compiled = compile(loss_of);
+    let compiled = match (&net, case.graph_split) {
+        (Net::Ddp(d), true) => d.compile(loss_of, CompileOptions::default()),
+        _ => compile(loss_of),
+    };
     let split = match (&net, case.split) {
         (Net::Ddp(d), true) => Some(d.compile_split(CompileOptions::default())),
         _ => None,
