@@ -408,4 +408,7 @@ fn kiln_bench_ddp_reports_on_rank_zero() {
     assert!(d["bus_gbs"].as_f64().unwrap() > 0.0);
     assert_eq!(d["steps"][0]["workload"], "train_mlp");
     assert!(d["steps"][0]["ratio"].as_f64().unwrap() > 0.0);
+    assert!(d["steps"][0]["compiled_ratio"].as_f64().unwrap() > 0.0);
+    // the quick MLP's parameters fit DDP's first bucket: its compiled step is one graph
+    assert_eq!(d["steps"][0]["compiled_graphs"], 1);
 }

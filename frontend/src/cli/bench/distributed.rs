@@ -1,7 +1,8 @@
 //! `kiln bench --ddp`, run under `mpirun -np N` (or alone, as a world of size 1): the
 //! all-reduce bandwidth of DDP's 25 MiB buckets against this machine's memory-copy
 //! bandwidth, and the training workloads `train_mlp` and `train_block` data-parallel (each
-//! rank its share of the global batch) against one rank on its share alone.
+//! rank its share of the global batch) against one rank on its share alone, eager and with
+//! the forward and loss compiled (split at bucket boundaries by `ddp.compile`, and whole).
 //! Rank 0 prints and writes the JSON; the other ranks take part silently.
 //!
 //! The all-reduce row counts the bytes each rank must move at least in a ring all-reduce,
@@ -13,7 +14,7 @@ use super::BenchError;
 use kiln::distributed::{CommBuffer, DdpOptions, DistributedDataParallel, ProcessGroup, ReduceOp};
 use kiln::nn::Module;
 use kiln::optim::{Optimizer, Sgd};
-use kiln::Tensor;
+use kiln::{compile_with, CompileOptions, Tensor};
 use std::path::Path;
 use std::time::Instant;
 
@@ -60,6 +61,19 @@ pub struct StepRow {
     pub one_rank_step_seconds: f64,
     /// ddp_step_seconds / one_rank_step_seconds
     pub ratio: f64,
+    /// the same with the forward and loss compiled (`ddp.compile`: the graph cut at bucket
+    /// boundaries, each bucket's all-reduce overlapping the earlier segments' compiled
+    /// backwards) and the optimiser step eager: median seconds of a data-parallel step
+    pub compiled_ddp_step_seconds: f64,
+    /// the compiled data-parallel step with the graph whole (one backward node: every
+    /// all-reduce waits for the whole backward)
+    pub compiled_ddp_unsplit_step_seconds: f64,
+    /// rank 0's compiled step on its share alone, without DDP
+    pub compiled_one_rank_step_seconds: f64,
+    /// compiled_ddp_step_seconds / compiled_one_rank_step_seconds
+    pub compiled_ratio: f64,
+    /// forward/backward graph pairs of the split compiled step (one per bucket run)
+    pub compiled_graphs: usize,
 }
 
 /// A training workload's parameters as a module, so DDP can wrap them (its loss function
@@ -218,12 +232,65 @@ pub fn bench_ddp(quick: bool, json: Option<&Path>) -> Result<(), BenchError> {
             0.0
         };
         g.barrier().map_err(dist)?;
+        // compiled forward and loss, eager backward (DDP's hooks) and optimiser step
+        let time_compiled = |t: &Trainee,
+                             ddp: Option<&DistributedDataParallel<Params>>,
+                             split: bool|
+         -> kiln::Result<(f64, usize)> {
+            let loss = t.loss.clone();
+            let f = move |xs: &[Tensor]| -> kiln::Result<Vec<Tensor>> { Ok(vec![loss(xs)?]) };
+            let opts = CompileOptions::default().name(w.name());
+            let c = match ddp {
+                Some(d) if split => d.compile(f, opts),
+                _ => compile_with(f, opts),
+            };
+            let mut opt = Sgd::new(t.params.clone(), 1e-3)?;
+            let mut v = Vec::new();
+            for i in 0..runs + 3 {
+                let start = Instant::now();
+                opt.zero_grad();
+                c.call(&inputs)?.remove(0).backward()?;
+                opt.step()?;
+                if i >= 3 {
+                    v.push(start.elapsed().as_secs_f64());
+                }
+            }
+            Ok((median(v), c.training_graphs().len()))
+        };
+        let compiled_ddp = |split: bool| -> Result<(f64, usize), BenchError> {
+            let t = w.build().map_err(dist)?;
+            let ddp = DistributedDataParallel::new(
+                Params(t.params.clone()),
+                g.clone(),
+                DdpOptions::default(),
+            )
+            .map_err(dist)?;
+            let r = time_compiled(&t, Some(&ddp), split).map_err(dist)?;
+            drop(ddp);
+            g.barrier().map_err(dist)?;
+            Ok(r)
+        };
+        let (c_ddp, c_graphs) = compiled_ddp(true)?;
+        let (c_unsplit, _) = compiled_ddp(false)?;
+        let c_one = if lead {
+            time_compiled(&w.build().map_err(dist)?, None, false)
+                .map_err(dist)?
+                .0
+        } else {
+            0.0
+        };
+        g.barrier().map_err(dist)?;
         steps.push(StepRow {
             workload: w.name(),
             global_batch: global,
             ddp_step_seconds: ddp_step,
             one_rank_step_seconds: one,
             ratio: ddp_step / one,
+            compiled_ddp_step_seconds: c_ddp,
+            compiled_ddp_unsplit_step_seconds: c_unsplit,
+            compiled_one_rank_step_seconds: c_one,
+            compiled_ratio: c_ddp / c_one,
+            compiled_graphs: c_graphs,
         });
     }
     if !lead {
@@ -286,6 +353,17 @@ pub fn render(r: &DistributedReport) -> String {
             st.global_batch / r.world_size,
             st.one_rank_step_seconds * 1e3,
             st.ratio
+        );
+        s += &format!(
+            "{:<11} compiled: {} ranks {:.2} ms a step split in {} graphs ({:.2} ms as one \
+             graph), one rank {:.2} ms: {:.2}x\n",
+            "",
+            r.world_size,
+            st.compiled_ddp_step_seconds * 1e3,
+            st.compiled_graphs,
+            st.compiled_ddp_unsplit_step_seconds * 1e3,
+            st.compiled_one_rank_step_seconds * 1e3,
+            st.compiled_ratio
         );
     }
     s
