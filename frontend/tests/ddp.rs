@@ -366,6 +366,13 @@ fn any_compiled_function_splits_at_bucket_boundaries() {
     assert_eq!(whole.training_graphs().len(), 1);
     assert_eq!(split.training_graphs().len(), 3);
     assert_eq!(split.explain_last().partitions.len(), 3);
+    let text = ddp.explain_compiled(&split);
+    assert!(text.starts_with(&ddp.bucket_table()), "{text}");
+    assert!(
+        text.contains("3 graphs (each a compiled forward and backward)"),
+        "{text}"
+    );
+    assert!(text.contains("graph 2: @residual_seg2 ("), "{text}");
     let st = split.stats();
     assert_eq!(
         (st.entries, st.compiles),

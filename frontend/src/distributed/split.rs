@@ -128,6 +128,31 @@ impl<M: Module> DistributedDataParallel<M> {
         })
     }
 
+    /// The bucket table and the graphs `f` (made by [`DistributedDataParallel::compile`])
+    /// trains as: one forward and backward pair per run of parameters in the same bucket,
+    /// with their node counts.
+    pub fn explain_compiled<A: ?Sized + TensorArgs, O: TensorOutputs>(
+        &self,
+        f: &CompiledFn<'_, A, O>,
+    ) -> String {
+        let pairs = f.training_graphs();
+        let mut s = bucket_table(self.buckets());
+        s += &format!(
+            "{} graphs (each a compiled forward and backward):\n",
+            pairs.len()
+        );
+        for (k, (fwd, bwd)) in pairs.iter().enumerate() {
+            s += &format!(
+                "  graph {k}: @{} ({} nodes), @{} ({} nodes)\n",
+                fwd.name(),
+                fwd.len(),
+                bwd.name(),
+                bwd.len()
+            );
+        }
+        s
+    }
+
     /// `f` compiled with `opts` and split at this model's bucket boundaries
     /// ([`DistributedDataParallel::gradient_split`]).
     pub fn compile<'f, A: ?Sized + TensorArgs, O: TensorOutputs>(
