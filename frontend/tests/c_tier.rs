@@ -222,6 +222,9 @@ fn the_automatic_policy_switches_to_c_code_while_calls_agree_with_eager() {
     for t in &report.tiers {
         assert_eq!(t.tier, Tier::C, "{report}");
         assert!(t.note.starts_with("C tier after"), "{t}");
+        // the moment it reached full speed: after the first call, before the switch was seen
+        let at = t.c_since.expect("a kernel on C knows when it got there");
+        assert!(at >= start && at <= Instant::now(), "{t}");
     }
     assert!(report.to_string().contains("tier: "), "{report}");
 }

@@ -295,6 +295,7 @@ fn kernels_of_the_same_source_share_one_build() {
     let third = layer(&other, "k17_layer2");
     for t in [&first, &second, &third] {
         assert_eq!(t.tier, super::Tier::C, "{t}");
+        assert!(t.c_since.is_some(), "a kernel on C says since when: {t}");
     }
     assert!(first.note.contains("compiled by"), "{first}");
     assert!(

@@ -52,6 +52,8 @@ pub struct TieredFn {
     spec: Spec,
     /// why the C tier did not take it, or how it was built
     note: Mutex<String>,
+    /// when its C code was swapped in
+    c_since: OnceLock<Instant>,
 }
 
 impl TieredFn {
@@ -77,6 +79,7 @@ impl TieredFn {
                 TierPolicy::CraneliftOnly => "the tier policy is Cranelift only".to_string(),
                 _ => String::new(),
             }),
+            c_since: OnceLock::new(),
         });
         register(&t);
         if spec.opts.tier == TierPolicy::CUpFront {
@@ -205,6 +208,9 @@ pub struct KernelTier {
     pub tier: Tier,
     /// why it runs that tier, or how its C code was built (empty while counting or queued)
     pub note: String,
+    /// when its C code was swapped in (`None` unless it runs C code): the moment the kernel
+    /// reached full speed
+    pub c_since: Option<Instant>,
 }
 
 impl std::fmt::Display for KernelTier {
@@ -241,6 +247,11 @@ impl TieredFn {
             kernel: self.name().to_string(),
             tier,
             note,
+            c_since: if tier == Tier::C {
+                self.c_since.get().copied()
+            } else {
+                None
+            },
         }
     }
 }
@@ -266,6 +277,8 @@ fn promote(t: &TieredFn) {
     let start = Instant::now();
     match build(t) {
         Ok((f, how)) => {
+            // set first, so that a kernel seen on C has its time
+            let _ = t.c_since.set(Instant::now());
             t.current.store(f as usize, Ordering::Release);
             t.state.store(C, Ordering::Release);
             let calls = t.calls.load(Ordering::Relaxed);

@@ -350,7 +350,8 @@ pub struct TierSummary {
     pub c_kernels: usize,
     /// kernel specialisations running Cranelift code
     pub cranelift_kernels: usize,
-    /// from the first compiled call until no kernel was queued for the C tier, ms
+    /// from the first compiled call until the last of the kernels swapped in since then took
+    /// its C code, ms (0: none was)
     pub full_speed_ms: f64,
 }
 

@@ -241,7 +241,7 @@ pub fn measure(
 /// while a round sent more kernels to the C tier (kernels slower to reach the threshold
 /// cross it during the later rounds; four rounds at most): the timed calls then see the
 /// steady state. Returns the kernels' tiers and the time from `first_call` until the last
-/// round that changed a kernel's tier had its kernels swapped in.
+/// kernel swapped in since then took its C code (each kernel records when).
 pub fn steady_state<E>(
     budget: Budget,
     first_call: Instant,
@@ -254,7 +254,6 @@ pub fn steady_state<E>(
             .filter(|t| t.tier == kiln::Tier::C)
             .count()
     };
-    let mut full_speed_ms = 0.0;
     let mut last = None;
     for _ in 0..4 {
         let warm = Instant::now();
@@ -266,10 +265,16 @@ pub fn steady_state<E>(
         if last == Some(now) {
             break;
         }
-        full_speed_ms = first_call.elapsed().as_secs_f64() * 1e3;
         last = Some(now);
     }
     let tiers = kiln::tiers();
+    // the workload's own kernels: those swapped in since its first call
+    let full_speed_ms = tiers
+        .iter()
+        .filter_map(|t| t.c_since)
+        .filter(|&at| at >= first_call)
+        .map(|at| (at - first_call).as_secs_f64() * 1e3)
+        .fold(0.0, f64::max);
     let c_kernels = tiers.iter().filter(|t| t.tier == kiln::Tier::C).count();
     Ok(super::report::TierSummary {
         c_kernels,
