@@ -201,27 +201,30 @@ pub fn bench_ddp(quick: bool, json: Option<&Path>) -> Result<(), BenchError> {
             Workload::MiniLm { .. } => continue,
         };
         let inputs = w.inputs().map_err(dist)?;
-        let time_steps = |t: &Trainee| -> kiln::Result<f64> {
-            let mut opt = Sgd::new(t.params.clone(), 1e-3)?;
-            let mut v = Vec::new();
-            for i in 0..runs + 3 {
-                let start = Instant::now();
-                opt.zero_grad();
-                (t.loss)(&inputs)?.backward()?;
-                opt.step()?;
-                if i >= 3 {
-                    v.push(start.elapsed().as_secs_f64());
+        // median seconds of an SGD step (zero_grad, `loss` of the inputs, backward, step)
+        // over `t`'s parameters, after 3 untimed steps
+        let time_with =
+            |t: &Trainee, loss: &dyn Fn(&[Tensor]) -> kiln::Result<Tensor>| -> kiln::Result<f64> {
+                let mut opt = Sgd::new(t.params.clone(), 1e-3)?;
+                let mut v = Vec::new();
+                for i in 0..runs + 3 {
+                    let start = Instant::now();
+                    opt.zero_grad();
+                    loss(&inputs)?.backward()?;
+                    opt.step()?;
+                    if i >= 3 {
+                        v.push(start.elapsed().as_secs_f64());
+                    }
                 }
-            }
-            Ok(median(v))
+                Ok(median(v))
+            };
+        let time_steps = |t: &Trainee| time_with(t, &*t.loss);
+        let ddp_of = |t: &Trainee| {
+            DistributedDataParallel::new(Params(t.params.clone()), g.clone(), DdpOptions::default())
+                .map_err(dist)
         };
         let t = w.build().map_err(dist)?;
-        let ddp = DistributedDataParallel::new(
-            Params(t.params.clone()),
-            g.clone(),
-            DdpOptions::default(),
-        )
-        .map_err(dist)?;
+        let ddp = ddp_of(&t)?;
         let ddp_step = time_steps(&t).map_err(dist)?;
         drop(ddp);
         g.barrier().map_err(dist)?;
@@ -244,27 +247,12 @@ pub fn bench_ddp(quick: bool, json: Option<&Path>) -> Result<(), BenchError> {
                 Some(d) if split => d.compile(f, opts),
                 _ => compile_with(f, opts),
             };
-            let mut opt = Sgd::new(t.params.clone(), 1e-3)?;
-            let mut v = Vec::new();
-            for i in 0..runs + 3 {
-                let start = Instant::now();
-                opt.zero_grad();
-                c.call(&inputs)?.remove(0).backward()?;
-                opt.step()?;
-                if i >= 3 {
-                    v.push(start.elapsed().as_secs_f64());
-                }
-            }
-            Ok((median(v), c.training_graphs().len()))
+            let step = time_with(t, &|xs: &[Tensor]| Ok(c.call(xs)?.remove(0)))?;
+            Ok((step, c.training_graphs().len()))
         };
         let compiled_ddp = |split: bool| -> Result<(f64, usize), BenchError> {
             let t = w.build().map_err(dist)?;
-            let ddp = DistributedDataParallel::new(
-                Params(t.params.clone()),
-                g.clone(),
-                DdpOptions::default(),
-            )
-            .map_err(dist)?;
+            let ddp = ddp_of(&t)?;
             let r = time_compiled(&t, Some(&ddp), split).map_err(dist)?;
             drop(ddp);
             g.barrier().map_err(dist)?;
