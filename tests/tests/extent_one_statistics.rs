@@ -5,9 +5,17 @@
 //! made the mean used kiln's polynomial: `x - mean` was an ulp off zero, and the layer norm
 //! of a single element (rstd = 1/√eps) came out 2e-4 instead of 0 (fuzz regression
 //! `fuzz_cpu_20030466`). Now the nest computes the f64 point values itself (4 lanes as two
-//! F64X2 halves), and every output equals eager's bit for bit.
+//! F64X2 halves), and every output equals eager's bit for bit, on the Cranelift code and on
+//! the C tier's.
 
-use kiln::{compile, DType, Result, Tensor};
+use kiln::{compile_with, Backend, CompileOptions, DType, Result, Tensor, TierPolicy};
+
+/// The cpu options of each tier: Cranelift code only, and every kernel built by the C
+/// compiler at its first call (Cranelift where no C compiler works).
+fn tiers() -> [CompileOptions; 2] {
+    [TierPolicy::CraneliftOnly, TierPolicy::CUpFront]
+        .map(|t| CompileOptions::default().backend(Backend::Cpu).tier(t))
+}
 
 fn bits(t: &Tensor) -> Vec<u64> {
     t.to_vec_f64()
@@ -27,14 +35,17 @@ fn layouts(rows: usize) -> Vec<Tensor> {
 #[test]
 fn layer_norm_over_a_last_dim_of_size_one_is_exactly_zero_as_eager() {
     let f = |x: &Tensor| -> Result<Tensor> { x.tan()?.layer_norm(&[1], None, None, 1e-6) };
-    let cf = compile(f);
-    // 1 row (scalar code), 4 and 9 (vector lanes and a tail)
-    for rows in [1, 4, 9] {
-        for x in layouts(rows) {
-            let want = f(&x).unwrap();
-            let got = cf.call(&x).unwrap();
-            assert_eq!(bits(&got), bits(&want), "{rows} rows");
-            assert!(want.to_vec_f64().unwrap().iter().all(|&v| v == 0.0));
+    for opts in tiers() {
+        let tier = opts.codegen.tier;
+        let cf = compile_with(f, opts);
+        // 1 row (scalar code), 4 and 9 (vector lanes and a tail)
+        for rows in [1, 4, 9] {
+            for x in layouts(rows) {
+                let want = f(&x).unwrap();
+                let got = cf.call(&x).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{rows} rows, {tier:?}");
+                assert!(want.to_vec_f64().unwrap().iter().all(|&v| v == 0.0));
+            }
         }
     }
 }
@@ -44,17 +55,20 @@ fn variance_over_a_dim_of_size_one_is_nan_as_eager() {
     // correction 1 over one element: 0/0 in eager; the kernel's exp must agree with the
     // mean's, or x - mean is not 0 and the quotient an infinity
     let f = |x: &Tensor| -> Result<Tensor> { x.exp()?.var(&[-1], 1, false) };
-    let cf = compile(f);
-    for rows in [1, 4, 9] {
-        for x in layouts(rows) {
-            let want = f(&x).unwrap();
-            let got = cf.call(&x).unwrap();
-            assert!(want.to_vec_f64().unwrap().iter().all(|v| v.is_nan()));
-            assert!(
-                got.to_vec_f64().unwrap().iter().all(|v| v.is_nan()),
-                "{rows} rows: {:?}",
-                got.to_vec_f64()
-            );
+    for opts in tiers() {
+        let tier = opts.codegen.tier;
+        let cf = compile_with(f, opts);
+        for rows in [1, 4, 9] {
+            for x in layouts(rows) {
+                let want = f(&x).unwrap();
+                let got = cf.call(&x).unwrap();
+                assert!(want.to_vec_f64().unwrap().iter().all(|v| v.is_nan()));
+                assert!(
+                    got.to_vec_f64().unwrap().iter().all(|v| v.is_nan()),
+                    "{rows} rows, {tier:?}: {:?}",
+                    got.to_vec_f64()
+                );
+            }
         }
     }
 }

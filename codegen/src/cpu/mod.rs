@@ -27,7 +27,9 @@ mod row_group_tests;
 pub use emit::{InnerAccess, Spec};
 
 /// The cpu plan of a graph in the textual IR, through decompose, fuse and schedule (for the
-/// tests that run small graphs whole).
+/// tests that run small graphs whole). Its kernels stay on their Cranelift code, which those
+/// tests check bit for bit: the automatic tier would swap a kernel whose C object is in the
+/// on-disk cache to C code, equal within the op's error budget but not to the bit.
 #[cfg(test)]
 pub(crate) fn plan_of(src: &str) -> CpuPlan {
     let g = kiln_ir::parse_graph(src).expect("parses");
@@ -35,7 +37,11 @@ pub(crate) fn plan_of(src: &str) -> CpuPlan {
         kiln_passes::pipeline::run_passes(&g, &["decompose", "fuse"], &Default::default(), true)
             .expect("passes");
     let s = kiln_passes::schedule::schedule(&f).expect("schedules");
-    CpuPlan::new(&s).expect("plans")
+    let opts = crate::CodegenOptions {
+        tier: crate::TierPolicy::CraneliftOnly,
+        ..Default::default()
+    };
+    CpuPlan::with_options(&s, &opts).expect("plans")
 }
 pub use jit::{clif_text, jit_stats, KernelFn};
 pub use plan::{kernel_for, CpuKernel, CpuPlan};

@@ -6,7 +6,7 @@ use kiln::distributed::{DdpOptions, DistributedDataParallel, ProcessGroup};
 use kiln::nn::functional::{mse_loss, Reduction};
 use kiln::nn::{Linear, Module, Sequential};
 use kiln::optim::{AdamW, Optimizer, Sgd};
-use kiln::{compile, CompileOptions};
+use kiln::{compile_with, CompileOptions, TierPolicy};
 use kiln::{DType, Result, Tensor};
 use std::cell::Cell;
 
@@ -91,6 +91,14 @@ fn optimiser(opt: Opt, params: Vec<Tensor>) -> Box<dyn Optimizer> {
     }
 }
 
+/// Compile options for the runs compared bit for bit: every kernel on its Cranelift code.
+/// The automatic tier swaps a kernel to C code (equal within the op's error budget, not to
+/// the bit) once its calls take long enough, or at once where its object is in the on-disk
+/// cache, so two runs could differ in which kernels ran which code.
+fn cranelift_only() -> CompileOptions {
+    CompileOptions::default().tier(TierPolicy::CraneliftOnly)
+}
+
 /// Trains `steps` steps: on `group` (each rank its contiguous shard of every micro-batch,
 /// the model built with a seed that differs per rank so that DDP's broadcast must make
 /// the replicas equal), or without DDP on the whole batch (`group` None). Returns the
@@ -109,11 +117,11 @@ pub fn train(group: Option<ProcessGroup>, case: Case, steps: usize) -> Result<Ve
         Ok(vec![mse_loss(&net.fwd(&xs[0])?, &xs[1], Reduction::Mean)?])
     };
     let compiled = match (&net, case.graph_split) {
-        (Net::Ddp(d), true) => d.compile(loss_of, CompileOptions::default()),
-        _ => compile(loss_of),
+        (Net::Ddp(d), true) => d.compile(loss_of, cranelift_only()),
+        _ => compile_with(loss_of, cranelift_only()),
     };
     let split = match (&net, case.split) {
-        (Net::Ddp(d), true) => Some(d.compile_split(CompileOptions::default())),
+        (Net::Ddp(d), true) => Some(d.compile_split(cranelift_only())),
         _ => None,
     };
     let mut out = Vec::new();
