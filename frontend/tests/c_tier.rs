@@ -248,13 +248,14 @@ fn explain_says_which_tier_each_kernel_runs_and_why() {
         assert_eq!(t.note, "the tier policy is Cranelift only", "{report}");
     }
     // the automatic policy with a threshold far away: counting, and how far it has come
-    let auto = compile_with(
-        f,
-        CompileOptions::default()
-            .backend(Backend::Cpu)
-            .tier(TierPolicy::Auto)
-            .c_tier_after(Duration::from_secs(3600)),
-    );
+    // (an empty cache: with the kernel's object in it, it would start on C code)
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = CompileOptions::default()
+        .backend(Backend::Cpu)
+        .tier(TierPolicy::Auto)
+        .c_tier_after(Duration::from_secs(3600));
+    opts.codegen.cache_dir = Some(dir.path().to_path_buf());
+    let auto = compile_with(f, opts);
     auto.call(&x).expect("compiled");
     auto.call(&x).expect("compiled");
     let report = auto.explain_last();

@@ -57,6 +57,21 @@ impl Cache {
         std::env::temp_dir().join("kiln-cache").join("c")
     }
 
+    /// Whether `dir` holds any entry (read once per directory and process): kernels look
+    /// for their object at their first call only where there can be one.
+    pub fn has_entries(dir: &Path) -> bool {
+        static SEEN: std::sync::Mutex<Vec<(PathBuf, bool)>> = std::sync::Mutex::new(Vec::new());
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, any)) = seen.iter().find(|(d, _)| d == dir) {
+            return *any;
+        }
+        let any = std::fs::read_dir(dir).is_ok_and(|mut entries| {
+            entries.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "so")))
+        });
+        seen.push((dir.to_path_buf(), any));
+        any
+    }
+
     /// The path of an entry's object.
     pub fn object_path(&self, key: &str) -> PathBuf {
         self.dir.join(format!("{key}.so"))

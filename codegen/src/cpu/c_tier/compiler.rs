@@ -221,6 +221,21 @@ pub fn build_kernel(
     })
 }
 
+/// The kernel of `source` from `cache`, if it holds a verified object for it (never
+/// compiles): what a kernel's first call looks for, so that a process after the one that
+/// compiled it starts on C code.
+pub fn load_cached(
+    compiler: &Compiler,
+    cache: &Cache,
+    kernel: &str,
+    source: &str,
+) -> Result<Option<KernelFn>, CTierError> {
+    match cache.get(&compiler.key(source)) {
+        Some(bytes) => load(kernel, &bytes).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// Loads a shared object from `bytes` (written to a private file first, so that what is
 /// loaded is exactly what was checked) and finds the kernel in it.
 fn load(kernel: &str, bytes: &[u8]) -> Result<KernelFn, CTierError> {

@@ -5,11 +5,11 @@
 //! the Cranelift emitter takes) is taken by the C tier and agrees
 //! with its Cranelift code at several specialisations; the checker rejects a wrong kernel;
 //! the cache serves a second build and rebuilds damaged entries; kernels of one source
-//! share one build; `kiln_math.h` meets the
+//! share one build; a kernel whose object is cached starts on it; `kiln_math.h` meets the
 //! error table of `cpu/math.rs`; and the generated kernel function is snapshot-tested.
 
 use super::cache::Cache;
-use super::compiler::{build_kernel, Compiler};
+use super::compiler::{build_kernel, load_cached, Compiler};
 use super::source::{c_source, Lanes};
 use super::validate::check_against;
 use crate::cpu::dump::default_spec;
@@ -306,6 +306,63 @@ fn kernels_of_the_same_source_share_one_build() {
     );
     // another constant is another source: built for itself
     assert!(third.note.contains("compiled by"), "{third}");
+}
+
+#[test]
+fn a_kernel_whose_object_is_cached_starts_on_it() {
+    // constants no other test uses: nothing in this process's table has their sources
+    let text = "graph @layer(%x: f32[R,C]) -> f32[R,C] {
+  %0 = mul %x, 0.8175 : f32[R,C]
+  %1 = tanh %0 : f32[R,C]
+  return %1
+}
+";
+    let nest = nests_of(text).remove(0);
+    let other = nests_of(&text.replace("0.8175", "0.8176")).remove(0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = CodegenOptions {
+        tier: crate::TierPolicy::Auto,
+        // never hot in this test: only the first call's look into the cache can move them
+        c_tier_after: std::time::Duration::from_secs(3600),
+        ..CodegenOptions::default()
+    };
+    opts.cache_dir = Some(dir.path().to_path_buf());
+    let spec_of = |n: &LoopNest| {
+        let mut spec = default_spec(n, &opts);
+        spec.opts = opts.clone();
+        spec
+    };
+    let (spec, other_spec) = (spec_of(&nest), spec_of(&other));
+    // an earlier process compiled `nest`: its object is in the cache, not in this process's
+    // table of builds
+    let cache = Cache::open(dir.path()).expect("cache");
+    let source = c_source(&nest, &spec, Lanes::host()).expect("taken");
+    build_kernel(compiler(), Some(&cache), &nest.name, &source).expect("builds");
+    let other_source = c_source(&other, &other_spec, Lanes::host()).expect("taken");
+    assert!(load_cached(compiler(), &cache, &nest.name, &source)
+        .expect("loads")
+        .is_some());
+    assert!(load_cached(compiler(), &cache, &other.name, &other_source)
+        .expect("no error")
+        .is_none());
+    let cached = super::TieredFn::new(compile(&nest, &spec).expect("cranelift"), &nest, &spec);
+    let fresh = super::TieredFn::new(
+        compile(&other, &other_spec).expect("cranelift"),
+        &other,
+        &other_spec,
+    );
+    assert!(super::wait_for_c_tier(std::time::Duration::from_secs(120)));
+    let (cached, fresh) = (cached.report(), fresh.report());
+    assert_eq!(cached.tier, super::Tier::C, "{cached}");
+    assert!(
+        cached
+            .note
+            .starts_with("C tier at its first call: object from the cache"),
+        "{cached}"
+    );
+    assert!(cached.c_since.is_some(), "{cached}");
+    // not in the cache: it counts toward the threshold, as without a cache
+    assert_eq!(fresh.tier, super::Tier::Counting, "{fresh}");
 }
 
 #[test]

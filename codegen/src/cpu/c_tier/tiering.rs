@@ -1,5 +1,8 @@
 //! Tiering: a kernel starts on its Cranelift code; with the automatic policy it counts its
-//! calls and time, and past the threshold it is queued for the C tier. One background
+//! calls and time, and past the threshold it is queued for the C tier. Where the on-disk
+//! cache holds objects, a new kernel first asks the background thread for its own (built
+//! in this process or an earlier one, never compiled for this): found and checked, it runs
+//! C code from about its first call. One background
 //! thread builds queued kernels (C source, on-disk cache or the C compiler, load; one
 //! build per source in the process, shared by kernels of the same source), checks
 //! each once against its Cranelift code on the same inputs (`validate.rs`) and swaps the C
@@ -9,7 +12,7 @@
 //! for good, with a log line saying why.
 
 use super::cache::Cache;
-use super::compiler::{build_kernel, CTierError, Compiler};
+use super::compiler::{build_kernel, load_cached, CTierError, Compiler};
 use super::source::{c_source, Lanes};
 use super::validate::check_against;
 use crate::cpu::emit::Spec;
@@ -61,7 +64,18 @@ impl TieredFn {
     /// C-up-front policy builds the C kernel before returning (on failure the kernel stays
     /// on `cranelift`).
     pub fn new(cranelift: KernelFn, nest: &LoopNest, spec: &Spec) -> Arc<TieredFn> {
+        // with objects in the cache, the automatic policy looks for this kernel's at once
+        // (queued meanwhile: its calls run Cranelift code and do not count)
+        let probe = spec.opts.tier == TierPolicy::Auto
+            && Cache::has_entries(
+                &spec
+                    .opts
+                    .cache_dir
+                    .clone()
+                    .unwrap_or_else(Cache::default_dir),
+            );
         let state = match spec.opts.tier {
+            TierPolicy::Auto if probe => QUEUED,
             TierPolicy::Auto => COUNTING,
             TierPolicy::CraneliftOnly => CRANELIFT,
             TierPolicy::CUpFront => QUEUED,
@@ -84,6 +98,8 @@ impl TieredFn {
         register(&t);
         if spec.opts.tier == TierPolicy::CUpFront {
             promote(&t);
+        } else if probe {
+            enqueue(&t, Job::Probe);
         }
         t
     }
@@ -147,23 +163,35 @@ impl TieredFn {
                 .compare_exchange(COUNTING, QUEUED, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
-            enqueue(self);
+            enqueue(self, Job::Build);
         }
     }
 }
 
+/// What the background thread does with a queued kernel.
+#[derive(Clone, Copy, Debug)]
+enum Job {
+    /// build it (from the cache or the C compiler) and swap it in: it crossed the threshold
+    Build,
+    /// swap in its object if one is built already, else let it count (its first call)
+    Probe,
+}
+
 /// The background builder's queue (the thread starts with the first kernel queued).
-fn enqueue(t: &TieredFn) {
-    static QUEUE: OnceLock<Mutex<Sender<usize>>> = OnceLock::new();
+fn enqueue(t: &TieredFn, job: Job) {
+    static QUEUE: OnceLock<Mutex<Sender<(usize, Job)>>> = OnceLock::new();
     let q = QUEUE.get_or_init(|| {
-        let (tx, rx) = channel::<usize>();
+        let (tx, rx) = channel::<(usize, Job)>();
         let spawned = std::thread::Builder::new()
             .name("kiln-c-tier".into())
             .spawn(move || {
-                while let Ok(p) = rx.recv() {
+                while let Ok((p, job)) = rx.recv() {
                     // SAFETY: the pointer came from `Arc::into_raw` below
                     let t = unsafe { Arc::from_raw(p as *const TieredFn) };
-                    promote(&t);
+                    match job {
+                        Job::Build => promote(&t),
+                        Job::Probe => probe(&t),
+                    }
                 }
             });
         if spawned.is_err() {
@@ -180,7 +208,7 @@ fn enqueue(t: &TieredFn) {
     });
     if let (Some(a), Ok(tx)) = (keep, q.lock()) {
         let p = Arc::into_raw(a) as usize;
-        if tx.send(p).is_err() {
+        if tx.send((p, job)).is_err() {
             // SAFETY: not sent: take the reference back
             drop(unsafe { Arc::from_raw(p as *const TieredFn) });
         }
@@ -277,41 +305,110 @@ fn promote(t: &TieredFn) {
     let start = Instant::now();
     match build(t) {
         Ok((f, how)) => {
-            // set first, so that a kernel seen on C has its time
-            let _ = t.c_since.set(Instant::now());
-            t.current.store(f as usize, Ordering::Release);
-            t.state.store(C, Ordering::Release);
             let calls = t.calls.load(Ordering::Relaxed);
             let ms = t.nanos.load(Ordering::Relaxed) as f64 / 1e6;
             let note = format!(
                 "C tier after {calls} calls ({ms:.1} ms on Cranelift): {how}, ready in {:.0} ms",
                 start.elapsed().as_secs_f64() * 1e3
             );
-            tracing::info!(target: "kiln::tiers", "{}: {note}", t.name());
-            if let Ok(mut n) = t.note.lock() {
-                *n = note;
+            swap_in(t, f, note);
+        }
+        Err(reason) => stay_on_cranelift(t, reason),
+    }
+}
+
+/// Looks for `t`'s C code at its first call, without compiling it: the object of its
+/// source built in this process, or the on-disk cache's. Found and checked, it is swapped
+/// in (a process after the one that compiled it starts on C code); not found, the kernel
+/// counts its calls toward the threshold as usual.
+fn probe(t: &TieredFn) {
+    let start = Instant::now();
+    match cached(t) {
+        Ok(Some((f, how))) => {
+            let note = format!(
+                "C tier at its first call: {how}, ready in {:.0} ms",
+                start.elapsed().as_secs_f64() * 1e3
+            );
+            swap_in(t, f, note);
+        }
+        Ok(None) => t.state.store(COUNTING, Ordering::Release),
+        Err(reason) => stay_on_cranelift(t, reason),
+    }
+}
+
+/// `t`'s checked C kernel if it is built already (in this process or in the cache), and
+/// where it came from.
+fn cached(t: &TieredFn) -> Result<Option<(KernelFn, String)>, Reason> {
+    let compiler = Compiler::find().map_err(|e| Reason::NoCompiler(e.to_string()))?;
+    let source = c_source(&t.nest, &t.spec, Lanes::host()).map_err(Reason::Source)?;
+    let cell = shared_build(&compiler.key(&source));
+    let (f, how) = match cell.get() {
+        Some(Ok((f, _, owner))) => (
+            *f,
+            format!("the object built for {owner} (the same source)"),
+        ),
+        // its build failed in this process: the threshold's build says why
+        Some(Err(_)) => return Ok(None),
+        None => {
+            let Some(cache) = Cache::open(&cache_dir(t)) else {
+                return Ok(None);
+            };
+            let Some(f) =
+                load_cached(compiler, &cache, &t.nest.name, &source).map_err(Reason::Build)?
+            else {
+                return Ok(None);
+            };
+            let how = "object from the cache".to_string();
+            match cell.get_or_init(|| Ok((f, how.clone(), t.nest.name.clone()))) {
+                Ok((f, _, _)) => (*f, how),
+                Err(_) => return Ok(None),
             }
         }
-        Err(reason) => {
-            t.current.store(t.cranelift as usize, Ordering::Release);
-            t.state.store(CRANELIFT, Ordering::Release);
-            let no_compiler = matches!(reason, Reason::NoCompiler(_));
-            let text = reason.to_string();
-            if no_compiler {
-                if !NO_COMPILER_SAID.swap(true, Ordering::Relaxed) {
-                    if tracing::enabled!(target: "kiln::tiers", tracing::Level::WARN) {
-                        tracing::warn!(target: "kiln::tiers", "{text}: kernels stay on Cranelift");
-                    } else {
-                        eprintln!("kiln: {text}: kernels stay on Cranelift");
-                    }
-                }
+    };
+    check_against(&t.nest, &t.spec, t.cranelift, f).map_err(Reason::Mismatch)?;
+    Ok(Some((f, how)))
+}
+
+/// The directory of `t`'s on-disk cache.
+fn cache_dir(t: &TieredFn) -> std::path::PathBuf {
+    t.spec
+        .opts
+        .cache_dir
+        .clone()
+        .unwrap_or_else(Cache::default_dir)
+}
+
+/// Swaps `f` in as `t`'s code, noting how it was made.
+fn swap_in(t: &TieredFn, f: KernelFn, note: String) {
+    // set first, so that a kernel seen on C has its time
+    let _ = t.c_since.set(Instant::now());
+    t.current.store(f as usize, Ordering::Release);
+    t.state.store(C, Ordering::Release);
+    tracing::info!(target: "kiln::tiers", "{}: {note}", t.name());
+    if let Ok(mut n) = t.note.lock() {
+        *n = note;
+    }
+}
+
+/// Leaves `t` on its Cranelift code for good, saying why.
+fn stay_on_cranelift(t: &TieredFn, reason: Reason) {
+    t.current.store(t.cranelift as usize, Ordering::Release);
+    t.state.store(CRANELIFT, Ordering::Release);
+    let no_compiler = matches!(reason, Reason::NoCompiler(_));
+    let text = reason.to_string();
+    if no_compiler {
+        if !NO_COMPILER_SAID.swap(true, Ordering::Relaxed) {
+            if tracing::enabled!(target: "kiln::tiers", tracing::Level::WARN) {
+                tracing::warn!(target: "kiln::tiers", "{text}: kernels stay on Cranelift");
             } else {
-                tracing::info!(target: "kiln::tiers", "{}: stays on Cranelift: {text}", t.name());
-            }
-            if let Ok(mut n) = t.note.lock() {
-                *n = format!("Cranelift: {text}");
+                eprintln!("kiln: {text}: kernels stay on Cranelift");
             }
         }
+    } else {
+        tracing::info!(target: "kiln::tiers", "{}: stays on Cranelift: {text}", t.name());
+    }
+    if let Ok(mut n) = t.note.lock() {
+        *n = format!("Cranelift: {text}");
     }
 }
 
@@ -352,13 +449,7 @@ fn build(t: &TieredFn) -> Result<(KernelFn, String), Reason> {
     let mut first = false;
     let shared = cell.get_or_init(|| {
         first = true;
-        let dir = t
-            .spec
-            .opts
-            .cache_dir
-            .clone()
-            .unwrap_or_else(Cache::default_dir);
-        let cache = Cache::open(&dir);
+        let cache = Cache::open(&cache_dir(t));
         let built = build_kernel(compiler, cache.as_ref(), &t.nest.name, &source)?;
         let how = if built.cached {
             "object from the cache".to_string()
