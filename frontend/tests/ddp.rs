@@ -380,3 +380,77 @@ fn any_compiled_function_splits_at_bucket_boundaries() {
         "one entry: three forwards and backwards"
     );
 }
+
+/// The graph split takes what a whole compiled graph takes: a transposed (non-contiguous)
+/// input, a sliced target, a batch of one and an odd batch; its loss and gradients equal
+/// eager's on each, and a new input shape recompiles every segment.
+#[test]
+fn the_split_takes_non_contiguous_inputs_and_odd_batches() {
+    use kiln::nn::functional::{mse_loss, Reduction};
+    use kiln::CompileOptions;
+    let opts = DdpOptions {
+        first_bucket_mb: 0.0002,
+        bucket_cap_mb: 0.001,
+        ..DdpOptions::default()
+    };
+    let ddp = local_ddp(&[8, 16, 16, 4], 21, opts);
+    assert_eq!(ddp.buckets().len(), 3, "{}", ddp.bucket_table());
+    let m = ddp.module();
+    let loss_of = |xs: &[Tensor]| -> kiln::Result<Vec<Tensor>> {
+        Ok(vec![mse_loss(&m.forward(&xs[0])?, &xs[1], Reduction::Sum)?])
+    };
+    let split = ddp.compile(loss_of, CompileOptions::default().name("odd"));
+    let params = m.parameters();
+    let grads = |loss: Tensor| -> (f64, Vec<Vec<f64>>) {
+        m.zero_grad();
+        let l = loss.item().unwrap();
+        loss.backward().unwrap();
+        let g = params
+            .iter()
+            .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
+            .collect();
+        (l, g)
+    };
+    for (i, batch) in [5usize, 1, 7].into_iter().enumerate() {
+        let seed = 40 + i as u64;
+        // x: the transpose of a [8, batch] tensor; y: every other column of a [batch, 8]
+        let x = Tensor::randn(&[8, batch], DType::F32, seed)
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
+        let y = Tensor::randn(&[batch, 8], DType::F32, seed + 100)
+            .unwrap()
+            .slice(1, 0, 8, 2)
+            .unwrap();
+        if batch > 1 {
+            assert!(!x.is_contiguous() && !y.is_contiguous());
+        }
+        let want = grads(loss_of(&[x.clone(), y.clone()]).unwrap().remove(0));
+        let got = grads(split.call(&[x.clone(), y.clone()]).unwrap().remove(0));
+        assert!(
+            (got.0 - want.0).abs() <= 1e-5 * want.0.abs(),
+            "batch {batch}: loss {} vs eager {}",
+            got.0,
+            want.0
+        );
+        for (n, (p, q)) in got
+            .1
+            .iter()
+            .flatten()
+            .zip(want.1.iter().flatten())
+            .enumerate()
+        {
+            assert!(
+                (p - q).abs() <= 1e-5 * q.abs().max(1e-3),
+                "batch {batch}: gradient element {n}: {p} vs eager {q}"
+            );
+        }
+    }
+    let st = split.stats();
+    assert_eq!(st.entries, 3, "one entry per batch size");
+    assert_eq!(
+        split.training_graphs().len(),
+        9,
+        "3 segments for each entry"
+    );
+}
