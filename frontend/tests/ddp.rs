@@ -20,6 +20,33 @@ fn local_ddp(sizes: &[usize], seed: u64, opts: DdpOptions) -> DistributedDataPar
     .unwrap()
 }
 
+/// An 8-16-16-4 MLP under DDP on the world of size 1 with a 1 KiB bucket cap: three
+/// buckets, [4.*], [2.*] and [0.*].
+fn three_buckets(seed: u64) -> DistributedDataParallel<Sequential> {
+    let opts = DdpOptions {
+        first_bucket_mb: 0.0002,
+        bucket_cap_mb: 0.001,
+        ..DdpOptions::default()
+    };
+    let ddp = local_ddp(&[8, 16, 16, 4], seed, opts);
+    assert_eq!(ddp.buckets().len(), 3, "{}", ddp.bucket_table());
+    ddp
+}
+
+/// `loss`'s value and, after its backward from zeroed gradients, `m`'s parameters'
+/// gradients.
+fn loss_and_grads(m: &Sequential, loss: Tensor) -> (f64, Vec<Vec<f64>>) {
+    m.zero_grad();
+    let l = loss.item().unwrap();
+    loss.backward().unwrap();
+    let g = m
+        .parameters()
+        .iter()
+        .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
+        .collect();
+    (l, g)
+}
+
 #[test]
 fn world_of_one_trains_exactly_as_without_ddp() {
     for case in cases() {
@@ -296,14 +323,7 @@ fn any_compiled_function_splits_at_bucket_boundaries() {
     use kiln::{compile, CompileOptions};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    // 8-16-16-4: buckets [4.*], [2.*], [0.*] with a 1 KiB cap
-    let opts = DdpOptions {
-        first_bucket_mb: 0.0002,
-        bucket_cap_mb: 0.001,
-        ..DdpOptions::default()
-    };
-    let ddp = local_ddp(&[8, 16, 16, 4], 11, opts);
-    assert_eq!(ddp.buckets().len(), 3, "{}", ddp.bucket_table());
+    let ddp = three_buckets(11);
     let m = ddp.module();
     let residual = |x: &Tensor| -> kiln::Result<Tensor> {
         let h = m.get(1).unwrap().forward(&m.get(0).unwrap().forward(x)?)?;
@@ -326,14 +346,8 @@ fn any_compiled_function_splits_at_bucket_boundaries() {
     })
     .unwrap();
     let grads = |loss: Tensor| -> (f64, Vec<Vec<f64>>, usize) {
-        m.zero_grad();
         first_done_early.store(usize::MAX, Ordering::SeqCst);
-        let l = loss.item().unwrap();
-        loss.backward().unwrap();
-        let g = params
-            .iter()
-            .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
-            .collect();
+        let (l, g) = loss_and_grads(m, loss);
         (l, g, first_done_early.load(Ordering::SeqCst))
     };
     let eager = grads(loss_of(&[x.clone(), y.clone()]).unwrap().remove(0));
@@ -388,29 +402,12 @@ fn any_compiled_function_splits_at_bucket_boundaries() {
 fn the_split_takes_non_contiguous_inputs_and_odd_batches() {
     use kiln::nn::functional::{mse_loss, Reduction};
     use kiln::CompileOptions;
-    let opts = DdpOptions {
-        first_bucket_mb: 0.0002,
-        bucket_cap_mb: 0.001,
-        ..DdpOptions::default()
-    };
-    let ddp = local_ddp(&[8, 16, 16, 4], 21, opts);
-    assert_eq!(ddp.buckets().len(), 3, "{}", ddp.bucket_table());
+    let ddp = three_buckets(21);
     let m = ddp.module();
     let loss_of = |xs: &[Tensor]| -> kiln::Result<Vec<Tensor>> {
         Ok(vec![mse_loss(&m.forward(&xs[0])?, &xs[1], Reduction::Sum)?])
     };
     let split = ddp.compile(loss_of, CompileOptions::default().name("odd"));
-    let params = m.parameters();
-    let grads = |loss: Tensor| -> (f64, Vec<Vec<f64>>) {
-        m.zero_grad();
-        let l = loss.item().unwrap();
-        loss.backward().unwrap();
-        let g = params
-            .iter()
-            .map(|p| p.grad().unwrap().to_vec_f64().unwrap())
-            .collect();
-        (l, g)
-    };
     for (i, batch) in [5usize, 1, 7].into_iter().enumerate() {
         let seed = 40 + i as u64;
         // x: the transpose of a [8, batch] tensor; y: every other column of a [batch, 8]
@@ -425,8 +422,8 @@ fn the_split_takes_non_contiguous_inputs_and_odd_batches() {
         if batch > 1 {
             assert!(!x.is_contiguous() && !y.is_contiguous());
         }
-        let want = grads(loss_of(&[x.clone(), y.clone()]).unwrap().remove(0));
-        let got = grads(split.call(&[x.clone(), y.clone()]).unwrap().remove(0));
+        let want = loss_and_grads(m, loss_of(&[x.clone(), y.clone()]).unwrap().remove(0));
+        let got = loss_and_grads(m, split.call(&[x.clone(), y.clone()]).unwrap().remove(0));
         assert!(
             (got.0 - want.0).abs() <= 1e-5 * want.0.abs(),
             "batch {batch}: loss {} vs eager {}",
