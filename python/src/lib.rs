@@ -37,13 +37,14 @@ const BUILD_PROFILE: &str = if cfg!(debug_assertions) {
 };
 
 /// The module: `compile`, `verify`, `Compiled`, `tiers`, `wait_for_c_tier`,
-/// `forget_pinned`, `pack_cache_bytes`, `KilnError`, `version`, `build_profile`.
+/// `c_tier_swap_ages`, `forget_pinned`, `pack_cache_bytes`, `KilnError`, `version`, `build_profile`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
     m.add_function(wrap_pyfunction!(compiled::verify, m)?)?;
     m.add_function(wrap_pyfunction!(tiers::tiers, m)?)?;
     m.add_function(wrap_pyfunction!(tiers::wait_for_c_tier, m)?)?;
+    m.add_function(wrap_pyfunction!(tiers::c_tier_swap_ages, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::forget_pinned, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::pack_cache_bytes, m)?)?;
     m.add_class::<compiled::Compiled>()?;

@@ -21,3 +21,15 @@ pub(crate) fn wait_for_c_tier(py: Python<'_>, timeout: f64) -> bool {
     let timeout = Duration::from_secs_f64(timeout.max(0.0));
     py.detach(|| kiln::wait_for_c_tier(timeout))
 }
+
+/// How many seconds ago each live kernel on C code was swapped to it (kernels still on
+/// Cranelift code are left out): a benchmark's time to full speed is its first call's
+/// start to the last swap of its kernels.
+#[pyfunction]
+pub(crate) fn c_tier_swap_ages() -> Vec<f64> {
+    kiln::tiers()
+        .iter()
+        .filter_map(|t| t.c_since)
+        .map(|at| at.elapsed().as_secs_f64())
+        .collect()
+}

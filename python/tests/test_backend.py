@@ -5,6 +5,7 @@ errors. Fixed seeds; odd sizes, size 1 and non-contiguous inputs."""
 import copy
 import gc
 import threading
+import time
 
 import pytest
 import torch
@@ -294,6 +295,20 @@ def test_native_errors_are_kiln_errors_naming_the_problem():
         g([bad[:7] + ((1 << 40, 0),)])  # pinned (pin_weights) the same
     with pytest.raises(kiln.KilnError, match="tier"):
         _native.compile(NATIVE_T, "cpu", "fastest")
+
+
+def test_c_tier_swap_ages_say_when_kernels_moved_to_c_code():
+    # max-autotune builds each kernel with the C compiler at its first call, which waits
+    before = time.perf_counter()
+    f = torch.compile(lambda a: torch.tanh(a * 1.375).sum(1),
+                      backend=kiln.backend(mode="max-autotune"), fullgraph=True)
+    x = torch.randn(37, 129)
+    torch.testing.assert_close(f(x), torch.tanh(x * 1.375).sum(1))
+    elapsed = time.perf_counter() - before
+    ages = _native.c_tier_swap_ages()
+    # this test's kernel moved within its run (other tests' kernels moved earlier)
+    assert any(0.0 <= a <= elapsed for a in ages), (ages, elapsed)
+    assert all(a >= 0.0 for a in ages)
 
 
 def test_calls_from_several_threads():
