@@ -10,11 +10,25 @@
 
 use kiln::{compile_with, Backend, CompileOptions, DType, Result, Tensor, TierPolicy};
 
-/// The cpu options of each tier: Cranelift code only, and every kernel built by the C
-/// compiler at its first call (Cranelift where no C compiler works).
-fn tiers() -> [CompileOptions; 2] {
-    [TierPolicy::CraneliftOnly, TierPolicy::CUpFront]
-        .map(|t| CompileOptions::default().backend(Backend::Cpu).tier(t))
+/// Calls `check(got, want, what)` with `f` compiled for the cpu on each tier (Cranelift
+/// code only, and every kernel built by the C compiler at its first call) against eager
+/// `f`, on 1 row (scalar code), 4 and 9 (vector lanes and a tail), contiguous and strided.
+fn on_each_tier(
+    f: impl Fn(&Tensor) -> Result<Tensor> + Copy + Send + Sync + 'static,
+    check: impl Fn(&Tensor, &Tensor, &str),
+) {
+    for tier in [TierPolicy::CraneliftOnly, TierPolicy::CUpFront] {
+        let cf = compile_with(
+            f,
+            CompileOptions::default().backend(Backend::Cpu).tier(tier),
+        );
+        for rows in [1, 4, 9] {
+            for x in layouts(rows) {
+                let (got, want) = (cf.call(&x).unwrap(), f(&x).unwrap());
+                check(&got, &want, &format!("{rows} rows, {tier:?}"));
+            }
+        }
+    }
 }
 
 fn bits(t: &Tensor) -> Vec<u64> {
@@ -35,19 +49,10 @@ fn layouts(rows: usize) -> Vec<Tensor> {
 #[test]
 fn layer_norm_over_a_last_dim_of_size_one_is_exactly_zero_as_eager() {
     let f = |x: &Tensor| -> Result<Tensor> { x.tan()?.layer_norm(&[1], None, None, 1e-6) };
-    for opts in tiers() {
-        let tier = opts.codegen.tier;
-        let cf = compile_with(f, opts);
-        // 1 row (scalar code), 4 and 9 (vector lanes and a tail)
-        for rows in [1, 4, 9] {
-            for x in layouts(rows) {
-                let want = f(&x).unwrap();
-                let got = cf.call(&x).unwrap();
-                assert_eq!(bits(&got), bits(&want), "{rows} rows, {tier:?}");
-                assert!(want.to_vec_f64().unwrap().iter().all(|&v| v == 0.0));
-            }
-        }
-    }
+    on_each_tier(f, |got, want, what| {
+        assert_eq!(bits(got), bits(want), "{what}");
+        assert!(want.to_vec_f64().unwrap().iter().all(|&v| v == 0.0));
+    });
 }
 
 #[test]
@@ -55,20 +60,12 @@ fn variance_over_a_dim_of_size_one_is_nan_as_eager() {
     // correction 1 over one element: 0/0 in eager; the kernel's exp must agree with the
     // mean's, or x - mean is not 0 and the quotient an infinity
     let f = |x: &Tensor| -> Result<Tensor> { x.exp()?.var(&[-1], 1, false) };
-    for opts in tiers() {
-        let tier = opts.codegen.tier;
-        let cf = compile_with(f, opts);
-        for rows in [1, 4, 9] {
-            for x in layouts(rows) {
-                let want = f(&x).unwrap();
-                let got = cf.call(&x).unwrap();
-                assert!(want.to_vec_f64().unwrap().iter().all(|v| v.is_nan()));
-                assert!(
-                    got.to_vec_f64().unwrap().iter().all(|v| v.is_nan()),
-                    "{rows} rows, {tier:?}: {:?}",
-                    got.to_vec_f64()
-                );
-            }
-        }
-    }
+    on_each_tier(f, |got, want, what| {
+        assert!(want.to_vec_f64().unwrap().iter().all(|v| v.is_nan()));
+        assert!(
+            got.to_vec_f64().unwrap().iter().all(|v| v.is_nan()),
+            "{what}: {:?}",
+            got.to_vec_f64()
+        );
+    });
 }

@@ -264,24 +264,30 @@ fn the_cache_serves_a_second_build_and_rebuilds_a_damaged_entry() {
     }
 }
 
+/// The nest of a layer `tanh(x * scale)`: a distinct source per `scale`.
+fn layer_nest(scale: &str) -> LoopNest {
+    nests_of(&format!(
+        "graph @layer(%x: f32[R,C]) -> f32[R,C] {{
+  %0 = mul %x, {scale} : f32[R,C]
+  %1 = tanh %0 : f32[R,C]
+  return %1
+}}
+"
+    ))
+    .remove(0)
+}
+
 #[test]
 fn kernels_of_the_same_source_share_one_build() {
     // a model's layers: the same nest under other names (constants no other test uses, so
     // no other test's build of it is in this process's table)
-    let text = "graph @layer(%x: f32[R,C]) -> f32[R,C] {
-  %0 = mul %x, 0.8173 : f32[R,C]
-  %1 = tanh %0 : f32[R,C]
-  return %1
-}
-";
-    let nest = nests_of(text).remove(0);
-    let other = nests_of(&text.replace("0.8173", "0.8174")).remove(0);
+    let (nest, other) = (layer_nest("0.8173"), layer_nest("0.8174"));
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = CodegenOptions {
+    let opts = CodegenOptions {
         tier: crate::TierPolicy::CUpFront,
+        cache_dir: Some(dir.path().to_path_buf()),
         ..CodegenOptions::default()
     };
-    opts.cache_dir = Some(dir.path().to_path_buf());
     let layer = |n: &LoopNest, name: &str| {
         let mut n = n.clone();
         n.name = name.to_string();
@@ -311,22 +317,15 @@ fn kernels_of_the_same_source_share_one_build() {
 #[test]
 fn a_kernel_whose_object_is_cached_starts_on_it() {
     // constants no other test uses: nothing in this process's table has their sources
-    let text = "graph @layer(%x: f32[R,C]) -> f32[R,C] {
-  %0 = mul %x, 0.8175 : f32[R,C]
-  %1 = tanh %0 : f32[R,C]
-  return %1
-}
-";
-    let nest = nests_of(text).remove(0);
-    let other = nests_of(&text.replace("0.8175", "0.8176")).remove(0);
+    let (nest, other) = (layer_nest("0.8175"), layer_nest("0.8176"));
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = CodegenOptions {
+    let opts = CodegenOptions {
         tier: crate::TierPolicy::Auto,
         // never hot in this test: only the first call's look into the cache can move them
         c_tier_after: std::time::Duration::from_secs(3600),
+        cache_dir: Some(dir.path().to_path_buf()),
         ..CodegenOptions::default()
     };
-    opts.cache_dir = Some(dir.path().to_path_buf());
     let spec_of = |n: &LoopNest| {
         let mut spec = default_spec(n, &opts);
         spec.opts = opts.clone();

@@ -66,14 +66,8 @@ impl TieredFn {
     pub fn new(cranelift: KernelFn, nest: &LoopNest, spec: &Spec) -> Arc<TieredFn> {
         // with objects in the cache, the automatic policy looks for this kernel's at once
         // (queued meanwhile: its calls run Cranelift code and do not count)
-        let probe = spec.opts.tier == TierPolicy::Auto
-            && Cache::has_entries(
-                &spec
-                    .opts
-                    .cache_dir
-                    .clone()
-                    .unwrap_or_else(Cache::default_dir),
-            );
+        let probe =
+            spec.opts.tier == TierPolicy::Auto && Cache::has_entries(&cache_dir(&spec.opts));
         let state = match spec.opts.tier {
             TierPolicy::Auto if probe => QUEUED,
             TierPolicy::Auto => COUNTING,
@@ -350,7 +344,7 @@ fn cached(t: &TieredFn) -> Result<Option<(KernelFn, String)>, Reason> {
         // its build failed in this process: the threshold's build says why
         Some(Err(_)) => return Ok(None),
         None => {
-            let Some(cache) = Cache::open(&cache_dir(t)) else {
+            let Some(cache) = Cache::open(&cache_dir(&t.spec.opts)) else {
                 return Ok(None);
             };
             let Some(f) =
@@ -369,13 +363,9 @@ fn cached(t: &TieredFn) -> Result<Option<(KernelFn, String)>, Reason> {
     Ok(Some((f, how)))
 }
 
-/// The directory of `t`'s on-disk cache.
-fn cache_dir(t: &TieredFn) -> std::path::PathBuf {
-    t.spec
-        .opts
-        .cache_dir
-        .clone()
-        .unwrap_or_else(Cache::default_dir)
+/// The directory of the on-disk cache kernels built with `opts` use.
+fn cache_dir(opts: &crate::CodegenOptions) -> std::path::PathBuf {
+    opts.cache_dir.clone().unwrap_or_else(Cache::default_dir)
 }
 
 /// Swaps `f` in as `t`'s code, noting how it was made.
@@ -449,7 +439,7 @@ fn build(t: &TieredFn) -> Result<(KernelFn, String), Reason> {
     let mut first = false;
     let shared = cell.get_or_init(|| {
         first = true;
-        let cache = Cache::open(&cache_dir(t));
+        let cache = Cache::open(&cache_dir(&t.spec.opts));
         let built = build_kernel(compiler, cache.as_ref(), &t.nest.name, &source)?;
         let how = if built.cached {
             "object from the cache".to_string()
