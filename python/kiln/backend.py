@@ -428,10 +428,23 @@ _EXTRA_DECOMPOSITIONS = ("grid_sampler_2d",)
 Inductor uses too) rather than translating them itself."""
 
 
+_KEPT_WHOLE = ("_scaled_dot_product_flash_attention_for_cpu",)
+"""Core-decomposed ATen ops kiln takes whole (``fx_ops.attention`` translates them). torch's
+decomposition of the CPU flash attention returns the attention weights ``[N, H, L, S]``
+where the op returns its logsumexp ``[N, H, L]``, and the backward op (never decomposed)
+then reads the weights as the logsumexp: with it, every gradient through
+``F.scaled_dot_product_attention`` came out wrong. Inductor keeps the op whole too."""
+
+
 def decompositions() -> dict:
     """The decomposition table aot_autograd applies before kiln sees a graph: the core ATen
-    decompositions, plus `_EXTRA_DECOMPOSITIONS`."""
+    decompositions less `_KEPT_WHOLE`, plus `_EXTRA_DECOMPOSITIONS`."""
     table = core_aten_decompositions()
+    for name in _KEPT_WHOLE:
+        op = getattr(torch.ops.aten, name, None)
+        if op is not None:
+            for overload in op.overloads():
+                table.pop(getattr(op, overload), None)
     table.update(get_decompositions([getattr(torch.ops.aten, n) for n in _EXTRA_DECOMPOSITIONS]))
     return table
 

@@ -6,6 +6,7 @@ may use every helper ``fx_to_kir`` defines.
 """
 
 from . import (
+    attention,
     convolution,
     distance,
     nonzero,
@@ -21,6 +22,7 @@ from . import (
 )
 
 __all__ = [
+    "attention",
     "convolution",
     "distance",
     "nonzero",
