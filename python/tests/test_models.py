@@ -24,7 +24,7 @@ def bert_config(**kw):
     return transformers.BertConfig(
         vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=96, max_position_embeddings=64, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, attn_implementation="eager", **kw)
+        attention_probs_dropout_prob=0.0, **kw)
 
 
 def inputs(batch=3, seq=11, vocab=97):
