@@ -8,8 +8,9 @@ registers it as a torch.compile backend (entry point group ``torch_dynamo_backen
 >>> f(torch.randn(4))                                    # doctest: +SKIP
 
 ``kiln.backend(device=..., mode=..., pin_weights=...)`` makes a backend with options
-(``pin_weights``: keep packed copies of parameters between calls; ``kiln.forget_weights()``
-drops them); ``kiln.explain(fn, *args)`` says which ops of ``fn`` kiln runs and which fall
+(``pin_weights``, on by default: keep packed copies of parameters between calls while their
+storage and ``_version`` stay; ``kiln.forget_weights()`` drops them after a write through
+``p.data``); ``kiln.explain(fn, *args)`` says which ops of ``fn`` kiln runs and which fall
 back to eager PyTorch, and why.
 """
 

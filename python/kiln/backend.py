@@ -223,30 +223,49 @@ def _as_eager_lays_out(outs: list[torch.Tensor], layouts: Sequence[_OutputLayout
     return outs
 
 
-_pin_keys: dict[int, int] = {}
-"""``id(parameter)`` -> its pin key, while the parameter lives (a finalizer removes it)."""
+@dataclasses.dataclass
+class _Pin:
+    """The pin of one parameter: its current key, and the storage that key stands for."""
+
+    key: int
+    storage: Any
+    """A ``StorageWeakRef`` to the storage the key was made for: it holds the storage's
+    control block, so while it lives no other storage can have the same address
+    (``cdata``), and it expires when the storage is freed."""
+
+
+_pins: dict[int, _Pin] = {}
+"""``id(parameter)`` -> its pin, while the parameter lives (a finalizer removes it)."""
 _next_pin_key = itertools.count(1)
 
 
-def _forget_pin(ident: int, key: int) -> None:
-    if _pin_keys.get(ident) == key:
-        del _pin_keys[ident]
-    _native.forget_pinned(key)
+def _forget_parameter(ident: int) -> None:
+    pin = _pins.pop(ident, None)
+    if pin is not None:
+        _native.forget_pinned(pin.key)
 
 
-def _pin_of(t: torch.Tensor) -> Optional[tuple]:
-    """``(key, version)`` for a parameter under ``pin_weights``: a key of its own for its
-    lifetime (never reused: counted, and dropped with kiln's copies when it is freed) and its
-    ``_version``. None for other tensors, and for inference tensors (made under
-    ``torch.inference_mode``: they count no versions, so a write could not be seen)."""
+def _pin_of(t: torch.Tensor, storage: Any) -> Optional[tuple]:
+    """``(key, version)`` for a parameter (``storage``: its ``untyped_storage()``): a key of
+    its own (never reused: counted) and its ``_version``. The key changes, and kiln's copies
+    under the old one are dropped, when the parameter's storage is another than the key was
+    made for (``p.data = t``, ``p.set_(...)``: no ``_version`` bump); the copies go with the
+    parameter when it is freed. None for other tensors, and for inference tensors (made
+    under ``torch.inference_mode``: they count no versions, so a write could not be seen)."""
     if not isinstance(t, torch.nn.Parameter) or t.is_inference():
         return None
-    key = _pin_keys.get(id(t))
-    if key is None:
-        key = next(_next_pin_key)
-        _pin_keys[id(t)] = key
-        weakref.finalize(t, _forget_pin, id(t), key)
-    return (key, t._version)
+    ident = id(t)
+    pin = _pins.get(ident)
+    if pin is None:
+        weakref.finalize(t, _forget_parameter, ident)
+    elif pin.storage.cdata != storage._cdata or pin.storage.expired():
+        _native.forget_pinned(pin.key)
+        pin = None
+    if pin is None:
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        pin = _pins[ident] = _Pin(next(_next_pin_key), StorageWeakRef(storage))
+    return (pin.key, t._version)
 
 
 def _describe(t: torch.Tensor, pin: bool = False) -> tuple:
@@ -262,7 +281,7 @@ def _describe(t: torch.Tensor, pin: bool = False) -> tuple:
     storage = t.untyped_storage()
     return (storage.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride()),
             t.storage_offset(), storage.nbytes() // t.element_size(), t,
-            _pin_of(t) if pin else None)
+            _pin_of(t, storage) if pin else None)
 
 
 class _KilnModule(torch.nn.Module):
@@ -372,20 +391,22 @@ def _compile_partitions(gm: torch.fx.GraphModule, support: _Support, tier: str,
     return fused
 
 
-def backend(device: str = "cpu", mode: Optional[str] = None, pin_weights: bool = False,
+def backend(device: str = "cpu", mode: Optional[str] = None, pin_weights: bool = True,
             _report: Optional[ExplainReport] = None) -> Callable:
     """A torch.compile backend running on ``device`` (``"cpu"``; ``"cuda"`` graphs run in
     eager PyTorch for now, logged) with ``mode`` (``None``/``"default"``: Cranelift code at
     once, hot kernels moved to the C tier in the background; ``"max-autotune"``: every
     kernel built by the C compiler at its first call; ``"cranelift"``: Cranelift only).
 
-    ``pin_weights`` (off by default; what inductor's ``freezing`` is for): kiln keeps its
-    packed copies of ``nn.Parameter`` inputs (a Linear's ``wᵀ`` as a row-major matrix) from
-    call to call, reused while the parameter's ``_version`` is unchanged, so each weight is
-    transposed once, not on every call. Writes through the parameter (an optimizer step, a
-    ``copy_`` under ``no_grad``) bump ``_version`` and are seen; writes that do not (through
-    ``p.data``, or a NumPy array sharing its memory) are not: after such a write, call
-    :func:`kiln.forget_weights` (or leave ``pin_weights`` off)."""
+    ``pin_weights`` (on by default): kiln keeps its packed copies of ``nn.Parameter`` inputs
+    (a Linear's ``wᵀ`` as a row-major matrix) from call to call, reused while the parameter
+    keeps its storage and its ``_version``, so each weight is transposed once, not on every
+    call. Writes through the parameter (an optimizer step, ``load_state_dict``, a ``copy_``
+    under ``no_grad``) bump ``_version``, and a new storage (``p.data = t``) gets a new pin:
+    both are seen at the next call. Writes that bump no version (through ``p.data``, or a
+    NumPy array sharing its memory) are not: after such a write, call
+    :func:`kiln.forget_weights`, or pass ``pin_weights=False`` to read every parameter
+    afresh on every call."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"kiln.backend: device {device!r} is not 'cpu' or 'cuda'")
     if mode not in _MODES:
@@ -466,7 +487,9 @@ def explain(fn: Callable, *args: Any, **kwargs: Any) -> ExplainReport:
 
 
 def forget_weights() -> None:
-    """Drops kiln's kept copies of every pinned parameter (``backend(pin_weights=True)``): the
-    next calls pack them again. Needed after writes ``_version`` does not show (``p.data``)."""
-    for ident, key in list(_pin_keys.items()):
-        _forget_pin(ident, key)
+    """Drops kiln's kept copies of every parameter (``backend(pin_weights=True)``, the
+    default): the next calls pack them again. Needed after writes ``_version`` does not show
+    (``p.data.mul_(...)``)."""
+    for pin in _pins.values():
+        _native.forget_pinned(pin.key)
+        pin.key = next(_next_pin_key)
