@@ -22,6 +22,10 @@ mod exec;
 mod iter;
 mod kernels;
 mod pack_cache;
+pub mod pool;
+mod pool_sync;
+#[cfg(test)]
+mod pool_tests;
 mod raw;
 mod storage;
 mod tensor;

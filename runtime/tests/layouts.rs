@@ -460,13 +460,15 @@ fn nan_output(shape: &[usize]) -> CpuTensor {
 }
 
 /// `matmul_into`'s epilogue runs once on every output row, after the row's product is final:
-/// one big matrix (its rows shared out among the threads), a smaller one (gemm's threads,
-/// then the epilogue), a batch of two, and a single row.
+/// one big matrix (its rows shared out among the threads), a smaller one (column shares on
+/// the kernel pool, the last share ragged, then the epilogue), a big one of few rows (gemm's
+/// own threads, then the epilogue), a batch of two, and a single row (column shares).
 #[test]
 fn matmul_into_epilogues_see_each_finished_row_once() {
     for (sa, sb) in [
         (vec![1031usize, 64], vec![64usize, 130]),
         (vec![301, 64], vec![64, 130]),
+        (vec![301, 512], vec![512, 600]),
         (vec![2, 150, 48], vec![2, 48, 70]),
         (vec![1, 64], vec![64, 5000]),
     ] {

@@ -17,10 +17,6 @@ pub mod kernels;
 pub(crate) mod math;
 pub mod nest_exec;
 pub mod plan;
-mod pool;
-mod pool_sync;
-#[cfg(test)]
-mod pool_tests;
 #[cfg(test)]
 mod row_group_tests;
 

@@ -9,6 +9,7 @@ use crate::element::{IntKern, Kern};
 use crate::error::RuntimeError;
 use crate::iter::{for_chunks, GRAIN_CHEAP};
 use crate::kernels::layout::view_strides;
+use crate::pool;
 use crate::storage::Storage;
 use crate::tensor::{contiguous_strides, CpuTensor};
 use gemm::Parallelism;
@@ -590,6 +591,16 @@ fn linear_float<T: GemmT>(x: &CpuTensor, w: &CpuTensor, bias: Option<&CpuTensor>
 /// `batch·m` rows of `n` elements. Blocks may run on several threads at once.
 pub type RowEpilogue<'a> = &'a (dyn Fn(usize, usize) + Sync);
 
+/// From this many multiply-adds on (about 1 ms on one core), a matmul of few rows uses gemm's
+/// own (rayon) threads, whose wake-up (a futex each way, some 20 µs) is then noise; below it,
+/// its column shares run on the kernel pool ([`crate::pool`]), whose workers spin between
+/// the kernels of a plan.
+const RAYON_FLOPS: usize = 1 << 26;
+
+/// Column shares of a small matmul are a multiple of this many columns (gemm's widest
+/// micro-kernel: 4 AVX-512 vectors of f32), so no share ends in a ragged tile but the last.
+const COLUMN_ALIGN: usize = 64;
+
 /// A thread's share of a matrix's rows is at least this many rows; below it, gemm's own
 /// threads share the work (and the packing of the right operand, which every single-threaded
 /// gemm on a share of the rows repeats). A/B in turns here: MiniLM (512 rows a thread)
@@ -687,7 +698,7 @@ pub fn matmul_into(
     let dst = SendPtr(dst);
     // (batch item, first row, rows) blocks; each one is a gemm then its epilogue
     let block = rows_per_block(n);
-    let threads = rayon::current_num_threads();
+    let threads = pool::threads();
     let big = rows
         .saturating_mul(n)
         .saturating_mul(k)
@@ -724,6 +735,10 @@ pub fn matmul_into(
     };
     // row shares per item: 1 when there are items enough for every thread
     let pieces = threads.div_ceil(items.max(1));
+    let work = rows
+        .saturating_mul(n)
+        .saturating_mul(k)
+        .saturating_mul(items);
     if !big || threads == 1 {
         for bi in 0..items {
             run_block(bi, 0, rows, Parallelism::None);
@@ -735,14 +750,51 @@ pub fn matmul_into(
         // matmuls with their bias (and gelu) epilogue: 2-15% faster per kernel so than
         // gemm's own threads then a separate pass (KILN_PROFILE, A/B)
         let per = rows.div_ceil(pieces);
-        (0..items * pieces).into_par_iter().for_each(|i| {
+        pool::run(items * pieces, pool::Wake::Sleepers, &|i| {
             let (bi, r0) = (i / pieces, (i % pieces) * per);
             if r0 < rows {
                 run_block(bi, r0, per.min(rows - r0), Parallelism::None);
             }
         });
+    } else if work < RAYON_FLOPS {
+        // Few matrices of few rows: each thread takes a share of every item's columns
+        // (packing all of a's few rows, and its own columns of b), then the epilogue runs
+        // over row blocks. On the kernel pool, whose workers are still spinning from the
+        // kernel before: rayon's would sleep between two matmuls of a small model and be
+        // woken through the kernel (a futex each way, about a third of BERT's steady state
+        // through the torch backend at hidden 128).
+        let cols = n.div_ceil(pieces).next_multiple_of(COLUMN_ALIGN).min(n);
+        let shares = n.div_ceil(cols);
+        pool::run(items * shares, pool::Wake::Sleepers, &|i| {
+            let (bi, c0) = (i / shares, (i % shares) * cols);
+            let (ma, mb) = mats(bi);
+            let d = dst; // the whole SendPtr, not its field (closures capture fields apart)
+                         // SAFETY: as in `run_block`; item bi owns rows [bi·rows, (bi+1)·rows) of out and
+                         // this share its columns [c0, c0 + nc) of them.
+            unsafe {
+                gemm_into(
+                    d.0.wrapping_add(bi * rows * n + c0),
+                    n as isize,
+                    rows,
+                    cols.min(n - c0),
+                    k,
+                    ma,
+                    mb.at(c0 as isize * mb.cs),
+                    false,
+                    Parallelism::None,
+                )
+            };
+        });
+        if let Some(e) = epilogue {
+            let total = items * rows;
+            let blocks = total.div_ceil(block);
+            pool::run(blocks, pool::Wake::Sleepers, &|i| {
+                let r0 = i * block;
+                e(r0, block.min(total - r0));
+            });
+        }
     } else {
-        // Few matrices and nothing after, or too few rows to share: gemm's own threads,
+        // Few big matrices and nothing after, or too few rows to share: gemm's own threads,
         // then any epilogue over row blocks in parallel.
         for bi in 0..items {
             let (ma, mb) = mats(bi);

@@ -8,7 +8,7 @@
 use super::cache::Cache;
 use super::compiler::{build_kernel, CTierError, Compiler};
 use crate::cpu::jit::KernelFn;
-use crate::cpu::pool;
+use kiln_runtime::pool;
 use std::time::Duration;
 
 /// The softmax reference's AVX-512 source (see its header comment).

@@ -27,6 +27,7 @@
 //! the peak memory of each side, from the caching allocator's statistics.
 
 mod distributed;
+mod launch;
 mod limits;
 mod machine;
 mod reference;
@@ -273,7 +274,7 @@ pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
     }
     let plan = Plan::new(args.quick);
 
-    let progress = ProgressBar::new(2 + workloads.len() as u64);
+    let progress = ProgressBar::new(3 + workloads.len() as u64);
     if let Ok(style) = ProgressStyle::with_template(
         "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {wide_msg}",
     ) {
@@ -294,6 +295,9 @@ pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
         what: "GEMM peak",
         source,
     })?;
+    progress.set_message("per-kernel overhead: a compiled chain of tiny matmuls");
+    // a probe that fails costs its line, not the run
+    let launch = launch::launch_cost(plan.workload).ok();
     progress.inc(1);
 
     let mut results = Vec::new();
@@ -334,6 +338,8 @@ pub fn bench(args: &BenchArgs) -> Result<(), BenchError> {
             gemm_n: gemm.n,
             gemm_runs: gemm.runs,
             threads: rayon::current_num_threads(),
+            kernel_overhead_ns: launch.map(|l| l.per_kernel_ns),
+            kernel_overhead_kernels: launch.map_or(0, |l| l.kernels),
         },
         results,
         quick: args.quick,

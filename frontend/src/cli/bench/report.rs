@@ -51,6 +51,11 @@ pub struct Limits {
     pub gemm_runs: usize,
     /// threads the triads, the GEMM and kiln's kernels run on
     pub threads: usize,
+    /// a compiled kernel's cost beyond its work, ns: the median call of a compiled chain of
+    /// tiny matmuls over the kernels it runs (`launch.rs`); None when the probe failed
+    pub kernel_overhead_ns: Option<f64>,
+    /// the kernels that chain runs per call
+    pub kernel_overhead_kernels: usize,
 }
 
 /// One workload's figures. The first eleven keys are the contract; the rest are extras.
@@ -240,6 +245,13 @@ impl Report {
             l.gemm_gflops,
             l.gemm_runs,
         ));
+        if let Some(ns) = l.kernel_overhead_ns {
+            out.push_str(&format!(
+                "kernels: {ns:.0} ns per kernel beyond its work (a compiled chain of {} tiny \
+                 matmul kernels, median call over the kernels)\n",
+                l.kernel_overhead_kernels,
+            ));
+        }
         out.push_str(
             "times: median (min–max) of eager and compiled calls timed in turn; compiled = \
              the steady state (hot kernels on the C tier, cpu backend); cranelift only = the \
@@ -520,12 +532,15 @@ mod tests {
                 gemm_n: 2048,
                 gemm_runs: 5,
                 threads: 2,
+                kernel_overhead_ns: Some(412.0),
+                kernel_overhead_kernels: 64,
             },
             results: vec![row("softmax", true), row("reduce", false)],
             quick: false,
         };
         let table = report.render();
         assert!(table.contains("500 (400–900) µs"), "{table}");
+        assert!(table.contains("412 ns per kernel"), "{table}");
         // the Cranelift-only column, and the reference's line
         assert!(table.contains("800 (700–1200) µs"), "{table}");
         assert!(table.contains("450 (300–600) µs"), "{table}");

@@ -15,7 +15,7 @@
 //! instead of 6.7).
 //!
 //! The job protocol (publishing, claiming, finishing, sleeping and waking) is model-checked
-//! with loom by `codegen/tests/pool_loom.rs`, which compiles this file again with loom's
+//! with loom by `runtime/tests/pool_loom.rs`, which compiles this file again with loom's
 //! atomics, lock and condition variable in place of [`super::pool_sync`]'s (so the file uses
 //! nothing else of the crate, and its unit tests live in `pool_tests.rs`): it explores every
 //! interleaving of a caller and a worker (ThreadSanitizer needs a nightly toolchain this
@@ -290,13 +290,13 @@ impl Affinity {
 }
 
 /// The threads a job can run on: the pool's workers and the caller.
-pub(crate) fn threads() -> usize {
+pub fn threads() -> usize {
     Pool::get().workers + 1
 }
 
 /// Whether a job may wake sleeping workers (see [`run`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wake {
+pub enum Wake {
     /// wake them: the job is long enough to pay for it
     Sleepers,
     /// share the job with spinning workers only; with any worker asleep, the caller runs it
@@ -313,7 +313,7 @@ pub(crate) enum Wake {
 /// and the rest of the step, longer than [`SPIN`], went from 113 to 91 µs without it).
 /// `f` must not panic (the generated kernels it calls cannot); a panic aborts the process
 /// rather than leave a worker holding a dangling job.
-pub(crate) fn run(chunks: usize, wake: Wake, f: &(dyn Fn(usize) + Sync)) {
+pub fn run(chunks: usize, wake: Wake, f: &(dyn Fn(usize) + Sync)) {
     let pool = Pool::get();
     let s = pool.shared;
     if chunks <= 1

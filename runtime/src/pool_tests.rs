@@ -1,5 +1,5 @@
 //! The kernel pool's tests on real threads ([`super::pool`]; its protocol's model checks are
-//! `codegen/tests/pool_loom.rs`).
+//! `runtime/tests/pool_loom.rs`).
 
 use super::pool::{run, threads, Pool, Wake, SPIN};
 use parking_lot::Mutex;

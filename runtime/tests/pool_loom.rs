@@ -1,9 +1,9 @@
-//! Model checks of the kernel pool's job protocol (`src/cpu/pool.rs`) with loom: every
+//! Model checks of the kernel pool's job protocol (`src/pool.rs`) with loom: every
 //! interleaving (to a preemption bound) of a caller publishing jobs and a worker that may be
 //! asleep, awake or late. The pool's file is compiled here again, its synchronisation
 //! primitives (`super::pool_sync`, std's and parking_lot's in the library) taken from loom.
 
-/// loom's atomics, lock and condition variable under the names `src/cpu/pool_sync.rs` gives.
+/// loom's atomics, lock and condition variable under the names `src/pool_sync.rs` gives.
 mod pool_sync {
     pub(super) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
 
@@ -40,7 +40,7 @@ mod pool_sync {
 
 // the pool's spin, clock and affinity code, and its `run` entry point, are unused here
 #[allow(dead_code)]
-#[path = "../src/cpu/pool.rs"]
+#[path = "../src/pool.rs"]
 mod pool;
 
 use loom::sync::Arc;

@@ -1,5 +1,5 @@
 //! The kernel pool's synchronisation primitives ([`super::pool`]): std's atomics and
-//! parking_lot's lock. `codegen/tests/pool_loom.rs` gives the same names from loom to model
+//! parking_lot's lock. `runtime/tests/pool_loom.rs` gives the same names from loom to model
 //! check the pool's protocol.
 
 pub(super) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
