@@ -231,7 +231,7 @@ class _Pin:
     storage: Any
     """A ``StorageWeakRef`` to the storage the key was made for: it holds the storage's
     control block, so while it lives no other storage can have the same address
-    (``cdata``), and it expires when the storage is freed."""
+    (``cdata``): a live storage at that address is this one."""
 
 
 _pins: dict[int, _Pin] = {}
@@ -258,7 +258,7 @@ def _pin_of(t: torch.Tensor, storage: Any) -> Optional[tuple]:
     pin = _pins.get(ident)
     if pin is None:
         weakref.finalize(t, _forget_parameter, ident)
-    elif pin.storage.cdata != storage._cdata or pin.storage.expired():
+    elif pin.storage.cdata != storage._cdata:
         _native.forget_pinned(pin.key)
         pin = None
     if pin is None:

@@ -136,20 +136,27 @@ def _run(fn, leaves64, kw64, w64, dtype):
     return out.detach(), [x.grad for x in leaves]
 
 
-def _check(case: Case, seed: int = 0) -> ExplainReport:
-    leaves, kw, w = _make(case, seed)
-    f = _attend(case)
+def _judged(f, names, leaves, kw, w):
+    """`f` compiled with kiln against eager float32 and float64: the output and every leaf's
+    gradient judged (`kiln.accuracy`); returns the verdicts, kiln's and eager float32's
+    tensors, and kiln's report."""
     report = ExplainReport()
     compiled = torch.compile(f, backend=kiln.backend(_report=report), fullgraph=True)
     got, got_grads = _run(compiled, leaves, kw, w, torch.float32)
     ref, ref_grads = _run(f, leaves, kw, w, torch.float32)
     ref64, ref64_grads = _run(f, leaves, kw, w, torch.float64)
-    names = ["out"] + [f"grad {n}" for n in (["proj"] if case.layout == "packed" else "qkv")]
     verdicts = judge_all(zip(names, [got, *got_grads], [ref, *ref_grads],
                              [ref64, *ref64_grads]))
+    return verdicts, [got, *got_grads], [ref, *ref_grads], report
+
+
+def _check(case: Case, seed: int = 0) -> ExplainReport:
+    leaves, kw, w = _make(case, seed)
+    names = ["out"] + [f"grad {n}" for n in (["proj"] if case.layout == "packed" else "qkv")]
+    verdicts, got, ref, report = _judged(_attend(case), names, leaves, kw, w)
     bad = [str(v) for v in verdicts if not v.ok]
     assert not bad, f"{case.id}: " + "; ".join(bad)
-    for g, r in zip([got, *got_grads], [ref, *ref_grads]):
+    for g, r in zip(got, ref):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
     return report
 
@@ -256,12 +263,7 @@ def test_an_additive_mask_that_requires_grad_gets_its_gradient():
     def f(q, k, v, bias):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
 
-    report = ExplainReport()
-    compiled = torch.compile(f, backend=kiln.backend(_report=report), fullgraph=True)
-    got, got_grads = _run(compiled, leaves64, {}, w, torch.float32)
-    ref, ref_grads = _run(f, leaves64, {}, w, torch.float32)
-    ref64, ref64_grads = _run(f, leaves64, {}, w, torch.float64)
-    verdicts = judge_all(zip(["out", "grad q", "grad k", "grad v", "grad bias"],
-                             [got, *got_grads], [ref, *ref_grads], [ref64, *ref64_grads]))
+    names = ["out", "grad q", "grad k", "grad v", "grad bias"]
+    verdicts, got, _, report = _judged(f, names, leaves64, {}, w)
     assert all(v.ok for v in verdicts), "; ".join(map(str, verdicts))
-    assert got_grads[3] is not None and report.eager_nodes == 0, str(report)
+    assert got[4] is not None and report.eager_nodes == 0, str(report)
