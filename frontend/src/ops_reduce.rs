@@ -142,6 +142,27 @@ impl Tensor {
         Tensor::apply(&Op::Linear, &args)
     }
 
+    /// torch's `convolution` (`conv1d`/`conv2d`/`conv3d` and `conv_transpose*d` by `op`'s
+    /// `transposed`): `self [N, C, *S]` with `weight` (`[O, C/groups, *K]`, transposed
+    /// `[C, O/groups, *K]`), plus `bias [O]` when given. `op` must be an
+    /// [`Op::Convolution`], which holds the stride, padding, dilation, groups and output
+    /// padding.
+    #[track_caller]
+    pub fn conv(&self, weight: &Tensor, bias: Option<&Tensor>, op: &Op) -> Result<Tensor> {
+        if !matches!(op, Op::Convolution { .. }) {
+            return Err(crate::error::invalid(
+                "conv",
+                self.shape(),
+                format!("takes a convolution op, got `{op}`"),
+            ));
+        }
+        let y = Tensor::apply(op, &[Operand::Tensor(self), Operand::Tensor(weight)])?;
+        let Some(b) = bias else { return Ok(y) };
+        let mut shape = vec![b.numel() as i64];
+        shape.extend(std::iter::repeat_n(1, self.rank().saturating_sub(2)));
+        y.add(&b.reshape(&shape)?)
+    }
+
     /// Matrix product with `torch.matmul`'s rules (1-d operands, broadcast batch dims).
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {

@@ -321,6 +321,18 @@ fn cases() -> Vec<(&'static str, Vec<In>)> {
             vec![f(&[3, 5]), ids(&[1], &[2]), t(&[1, 5])],
         ),
         ("embedding", vec![t(&[3, 5]), ids(&[2, 2], &[2, 0, 2, 1])]),
+        (
+            "convolution {stride = [2, 1], padding = [1, 1], groups = 2}",
+            vec![t(&[2, 4, 3, 5]), f(&[4, 2, 3, 2])],
+        ),
+        (
+            "convolution {stride = [1], padding = [1], groups = 3}",
+            vec![f(&[1, 3, 5]), t(&[3, 1, 3])],
+        ),
+        (
+            "convolution {stride = [2], padding = [1], transposed = true, output_padding = [1]}",
+            vec![t(&[2, 3, 4]), f(&[3, 2, 3])],
+        ),
         ("add_", vec![t(&[3, 5]), f(&[5])]),
         ("add_", vec![f(&[1]), S(0.5)]),
         ("mul_", vec![f(&[3, 5]), t(&[3, 5])]),

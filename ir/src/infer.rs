@@ -548,6 +548,11 @@ pub fn infer(op: &Op, args: &[ArgType]) -> Result<TensorType, TypeError> {
             }
             Ok(tt(w.dtype, gathered(&c, w, 0, idx)?))
         }
+        Op::Convolution { .. } => {
+            c.arity(2, 2)?;
+            let geometry = crate::conv::ConvGeometry::of(op).expect("a convolution");
+            convolution(&c, &geometry, c.tensor(0)?, c.tensor(1)?)
+        }
         Op::Cast { dtype } => {
             c.arity(1, 1)?;
             Ok(tt(*dtype, c.tensor(0)?.shape.clone()))
@@ -698,6 +703,67 @@ pub fn scalar_arg(s: Scalar) -> ArgType {
 /// The shape of `x` gathered along `d` at `idx` (an integer tensor of rank >= 1): dim `d`
 /// replaced by the indices' dims (1-d: torch's `index_select`; n-d: the embedding lookup
 /// `x[idx]` along `d`).
+/// The type of a convolution of `x [N, C, *S]` with `w` (see [`crate::conv`]): floating
+/// operands of one dtype, constant channel and spatial sizes (the batch may be symbolic).
+fn convolution(
+    c: &Ctx<'_>,
+    g: &crate::conv::ConvGeometry<'_>,
+    x: &TensorType,
+    w: &TensorType,
+) -> Result<TensorType, TypeError> {
+    if !x.dtype.is_float() || x.dtype != w.dtype {
+        return Err(c.err(format!(
+            "the input and weight must share one floating dtype, got {} and {}",
+            x.dtype, w.dtype
+        )));
+    }
+    let rank = x.shape.rank();
+    if rank < 3 || w.shape.rank() != rank {
+        return Err(c.err(format!(
+            "the input must be [N, C, *spatial] (rank ≥ 3) and the weight of the same rank, \
+             got {x} and {w}"
+        )));
+    }
+    g.check(rank - 2).map_err(|e| c.err(e))?;
+    let constant = |t: &TensorType, i: usize| {
+        t.shape.dims()[i]
+            .as_const()
+            .ok_or_else(|| c.err(format!("dim {i} of {t} must be constant")))
+    };
+    let (channels, w0, w1) = (constant(x, 1)?, constant(w, 0)?, constant(w, 1)?);
+    let groups = g.groups;
+    // forward: w [O, C/G, *K]; transposed: w [C, O/G, *K]
+    let (per_group_in, out_channels) = if g.transposed {
+        (w0 / groups, w1 * groups)
+    } else {
+        (w1, w0)
+    };
+    let bad_groups = channels % groups != 0
+        || out_channels % groups != 0
+        || (g.transposed && (w0 != channels || w0 % groups != 0))
+        || (!g.transposed && w1 * groups != channels);
+    if bad_groups || out_channels == 0 {
+        return Err(c.err(format!(
+            "{} channels with {groups} groups do not fit the weight {w} (per group {per_group_in} \
+             inputs)",
+            channels
+        )));
+    }
+    let mut dims = vec![x.shape.dims()[0].clone(), Dim::Const(out_channels)];
+    for i in 0..rank - 2 {
+        let (size, k) = (constant(x, i + 2)?, constant(w, i + 2)?);
+        let out = g.output_size(i, size, k).filter(|_| k > 0).ok_or_else(|| {
+            c.err(format!(
+                "kernel {k} does not fit spatial dim {i} of size {size} (stride {}, padding {}, \
+                 dilation {})",
+                g.stride[i], g.padding[i], g.dilation[i]
+            ))
+        })?;
+        dims.push(Dim::Const(out));
+    }
+    Ok(TensorType::new(x.dtype, dims.into_iter().collect()))
+}
+
 fn gathered(c: &Ctx<'_>, x: &TensorType, d: usize, idx: &TensorType) -> Result<Shape, TypeError> {
     if !idx.dtype.is_int() || idx.shape.rank() == 0 {
         return Err(c.err(format!(

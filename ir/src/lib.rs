@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod conv;
 mod dtype;
 pub mod gen;
 mod graph;

@@ -567,6 +567,52 @@ fn indexing_cases() -> Vec<(&'static str, Vec<Value>)> {
     ]
 }
 
+/// Convolutions: 1-, 2- and 3-d, stride, padding, dilation, groups, depthwise, transposed
+/// (with output padding), a batch of one.
+fn convolution_cases() -> Vec<(&'static str, Vec<Value>)> {
+    vec![
+        (
+            "convolution {stride = [2], padding = [1]}",
+            vec![f64s(&[2, 4, 7], 61), f64s(&[3, 4, 3], 62)],
+        ),
+        (
+            "convolution {stride = [1], padding = [1], groups = 2}",
+            vec![f64s(&[2, 4, 5], 63), f64s(&[6, 2, 3], 64)],
+        ),
+        (
+            "convolution {stride = [2, 1], padding = [1, 0], dilation = [1, 2]}",
+            vec![f64s(&[1, 2, 5, 6], 65), f64s(&[3, 2, 3, 2], 66)],
+        ),
+        (
+            "convolution {stride = [1, 1], padding = [1, 1], groups = 3}",
+            vec![f64s(&[2, 3, 4, 4], 67), f64s(&[3, 1, 3, 3], 68)],
+        ),
+        (
+            "convolution {stride = [1, 1, 2]}",
+            vec![f64s(&[1, 2, 3, 3, 4], 69), f64s(&[2, 2, 2, 2, 2], 70)],
+        ),
+        (
+            "convolution {stride = [2], padding = [1], transposed = true, output_padding = [1], groups = 2}",
+            vec![f64s(&[2, 4, 3], 71), f64s(&[4, 3, 3], 72)],
+        ),
+        (
+            "convolution {stride = [2], dilation = [2], transposed = true, groups = 2}",
+            vec![f64s(&[1, 2, 3], 73), f64s(&[2, 1, 2], 74)],
+        ),
+        (
+            "convolution {stride = [1, 2], padding = [0, 1], transposed = true}",
+            vec![f64s(&[1, 3, 2, 3], 75), f64s(&[3, 2, 2, 3], 76)],
+        ),
+    ]
+}
+
+#[test]
+fn convolution_rules_match_finite_differences() {
+    for (text, inputs) in convolution_cases() {
+        check_op(text, inputs);
+    }
+}
+
 /// Every row of the table with a rule is checked against finite differences: the unary and
 /// binary families by the loops above, every other row by at least one case of the lists
 /// (so a new op's rule cannot go unchecked; a row without a rule must be declared
@@ -577,6 +623,7 @@ fn every_rule_has_a_finite_difference_case() {
         .into_iter()
         .chain(composite_cases())
         .chain(indexing_cases())
+        .chain(convolution_cases())
         .chain([("where", vec![])])
         .collect();
     let checked: std::collections::HashSet<String> = cases

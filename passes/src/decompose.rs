@@ -168,6 +168,7 @@ pub fn decomposition(op: &Op) -> Option<Decomposition> {
         | Op::Cat { .. }
         | Op::IndexSelect { .. }
         | Op::IndexAdd { .. }
+        | Op::Convolution { .. }
         | Op::Cast { .. }
         | Op::Contiguous
         | Op::Triu { .. }

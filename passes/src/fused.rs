@@ -51,7 +51,8 @@ impl GroupKind {
     }
 
     /// The kind of kernel an op on its own starts, from its kind in the op table (`None`:
-    /// no loop nest of its own: inputs, views, creation, copies, gathers, in-place ops).
+    /// no loop nest of its own: inputs, views, creation, copies, gathers, convolutions,
+    /// in-place ops).
     pub fn of(op: &Op) -> Option<GroupKind> {
         match op.kind() {
             OpKind::Pointwise => Some(GroupKind::Pointwise),
@@ -63,6 +64,7 @@ impl GroupKind {
             | OpKind::View
             | OpKind::Gather
             | OpKind::Copy
+            | OpKind::Convolution
             | OpKind::Inplace => None,
         }
     }

@@ -197,7 +197,7 @@ fn recomputable(g: &Graph, id: NodeId, policy: Policy, hints: &HashMap<Arc<str>,
     let node = g.node(id);
     match node.op.kind() {
         OpKind::Input | OpKind::Inplace => false,
-        OpKind::Matmul => policy >= Policy::Everything,
+        OpKind::Matmul | OpKind::Convolution => policy >= Policy::Everything,
         OpKind::Reduction => {
             if policy >= Policy::Reductions {
                 return true;

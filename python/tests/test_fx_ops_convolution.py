@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from fx_harness import Unsupported, capture, check, translate
-from kiln.fx_ops import convolution
 
 pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
@@ -82,13 +81,15 @@ def test_conv_dtypes(dtype, tol):
     check(lambda x, w, b: F.conv2d(x, w, b, padding=1), x, w, b, **tol)
 
 
-def test_conv_per_offset_path(monkeypatch):
-    """Above the im2col size limit each kernel offset is a matmul of its own."""
-    monkeypatch.setattr(convolution, "_IM2COL_LIMIT", 0)
+def test_conv_translates_to_one_native_op_per_convolution():
+    """A convolution and its backward are kiln `convolution` ops, not composed im2col."""
     x, w, b = _conv_args(2, 4, 6, 2, (7, 6), (3, 2), True, grad=True)
+    (gm, _), = capture(lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2), x, w, b)
+    text = translate(gm).kir
+    assert text.count("convolution ") == 1 and " cat " not in text, text
     check(lambda x, w, b: F.conv2d(x, w, b, padding=1, stride=(2, 1), groups=2), x, w, b,
           backward=True, **TOL)
-    x, w, _ = _conv_args(2, 4, 6, 2, (7,), (3,), False, grad=True)
+    x = _rand(2, 4, 7, seed=1, grad=True)
     w = _rand(4, 3, 3, seed=2, grad=True)
     check(lambda x, w: F.conv_transpose1d(x, w, stride=2, groups=2), x, w,
           backward=True, **TOL)

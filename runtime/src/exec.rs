@@ -3,7 +3,7 @@
 //! for `copy_`, `fill_`, `add_`, `mul_`.
 
 use crate::error::RuntimeError;
-use crate::kernels::{create, inplace, layout, matmul, norm, pointwise, reduce};
+use crate::kernels::{conv, create, inplace, layout, matmul, norm, pointwise, reduce};
 use crate::tensor::CpuTensor;
 use kiln_ir::shape::normalize_dim;
 use kiln_ir::{infer, result_type, ArgType, InplaceOp, Op, Scalar};
@@ -231,6 +231,10 @@ pub fn execute(op: &Op, args: &[EagerArg<'_>]) -> Result<CpuTensor, RuntimeError
             layout::index_add(x, dim(*d, x.rank())?, tensor(1)?, tensor(2)?)?
         }
         Op::Embedding { .. } => layout::index_select(tensor(0)?, 0, tensor(1)?, &shape)?,
+        Op::Convolution { .. } => {
+            let g = kiln_ir::conv::ConvGeometry::of(op).expect("a convolution");
+            conv::convolution(tensor(0)?, tensor(1)?, &g, &shape)?
+        }
         Op::Cast { dtype } => pointwise::cast(tensor(0)?, *dtype),
         Op::Contiguous => layout::contiguous(tensor(0)?),
         Op::Triu { diagonal } => layout::tri(tensor(0)?, *diagonal, true),

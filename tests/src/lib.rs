@@ -244,7 +244,9 @@ pub fn check_op(op: &Op, args: &[TestArg]) -> Result<Tensor, String> {
             o.shape
         ));
     }
-    let reduction = op.is_reduction() || op.is_composite() || matches!(op, Op::Matmul | Op::Linear);
+    let reduction = op.is_reduction()
+        || op.is_composite()
+        || matches!(op, Op::Matmul | Op::Linear | Op::Convolution { .. });
     compare(
         &desc,
         &e.to_vec_f64().unwrap(),

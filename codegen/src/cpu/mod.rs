@@ -84,6 +84,7 @@ pub fn renders(op: &kiln_ir::Op) -> bool {
         | Op::Cat { .. }
         | Op::IndexSelect { .. }
         | Op::IndexAdd { .. }
+        | Op::Convolution { .. }
         | Op::Cast { .. }
         | Op::Contiguous
         | Op::Triu { .. }

@@ -87,7 +87,7 @@ fn next_delta() -> f64 {
 
 /// True for ops whose result is rounded: the smooth pointwise ops (`add`, `exp`, ...; not
 /// `abs`, `floor`, `maximum`, comparisons or casts, which are exact), sums and means,
-/// variances, norms, softmaxes and products. Views, copies, gathers and creation are
+/// variances, norms, softmaxes, products and convolutions. Views, copies, gathers and creation are
 /// exact.
 fn rounds(op: &Op) -> bool {
     match op {
@@ -97,7 +97,8 @@ fn rounds(op: &Op) -> bool {
     }
 }
 
-/// True for ops that sum many terms (reductions, variances, norms, softmaxes, products):
+/// True for ops that sum many terms (reductions, variances, norms, softmaxes, products,
+/// convolutions):
 /// their operands are perturbed too, which stands for the rounding of each term and
 /// partial sum (relative to the terms, not to the possibly cancelled result).
 fn perturbs_operands(op: &Op) -> bool {
@@ -109,7 +110,8 @@ fn perturbs_operands(op: &Op) -> bool {
         | Op::LayerNorm { .. }
         | Op::RmsNorm { .. }
         | Op::Linear
-        | Op::Matmul => true,
+        | Op::Matmul
+        | Op::Convolution { .. } => true,
         _ => false,
     }
 }

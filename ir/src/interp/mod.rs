@@ -13,6 +13,7 @@
 //!
 //! Entry points: [`eval`] runs a whole [`Graph`]; [`eval_op`] runs one op on operands.
 
+mod conv;
 mod index;
 mod inputs;
 mod layout;
@@ -521,6 +522,15 @@ fn compute(op: &Op, args: &[Operand<'_>], out: &Out) -> Result<Value, Fail> {
             *dim,
             out,
         ),
+        Op::Convolution { .. } => {
+            let g = crate::conv::ConvGeometry::of(op).expect("a convolution");
+            Ok(conv::convolution(
+                tensor(args, 0)?,
+                tensor(args, 1)?,
+                &g,
+                out,
+            ))
+        }
         Op::Embedding { .. } => layout::index_select(tensor(args, 0)?, tensor(args, 1)?, 0, out),
         Op::Triu { diagonal } => Ok(layout::triangle(tensor(args, 0)?, *diagonal, true, out)),
         Op::Tril { diagonal } => Ok(layout::triangle(tensor(args, 0)?, *diagonal, false, out)),

@@ -20,6 +20,8 @@ pub enum OpKind {
     Normalization,
     /// a matrix product
     Matmul,
+    /// a convolution (a kernel of its own, as im2col and GEMM or direct loops)
+    Convolution,
     /// a view: its eager result may share storage with its operand
     View,
     /// an indexed read (`index_select`)

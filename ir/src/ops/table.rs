@@ -15,8 +15,8 @@
 
 use super::define::{define_family, define_ops};
 use super::derivative::{
-    binary as db, composite as dc, index as dx, inplace as dp, structural as ds, unary as du,
-    Derivative as D,
+    binary as db, composite as dc, conv as dk, index as dx, inplace as dp, structural as ds,
+    unary as du, Derivative as D,
 };
 use super::info::{Arity, CostClass::*, DTypeRule, Domain::*, OpInfo, OpKind::*};
 use super::info::{RangeRule as Range, Reference as Ref};
@@ -454,6 +454,23 @@ define_ops! {
             /// the row that gets no gradient (none by default)
             padding_idx: Option<i64> = None,
         } => own("embedding", Gather, TWO, true, D::Rule(dx::embedding));
+        /// torch's `aten.convolution` without the bias: `x [N, C, *S]` with `w [O, C/G, *K]`
+        /// (transposed: `w [C, O/G, *K]`), any spatial rank; operands x, weight. The
+        /// geometry (which input each output reads) is `conv::ConvGeometry`'s.
+        Convolution {
+            /// step between output positions, per spatial dim
+            stride: Vec<usize>,
+            /// zeros around each spatial dim (transposed: cut from the output)
+            padding: Vec<usize> = vec![0; stride.len()],
+            /// spacing of the kernel's taps
+            dilation: Vec<usize> = vec![1; stride.len()],
+            /// the adjoint form (`conv_transpose`)
+            transposed: bool = false,
+            /// extra output size of a transposed convolution
+            output_padding: Vec<usize> = vec![0; stride.len()],
+            /// independent channel groups
+            groups: usize = 1,
+        } => own("convolution", Convolution, TWO, false, D::Rule(dk::convolution));
         /// Converts to `dtype` (float to int truncates toward zero).
         Cast {
             /// result dtype

@@ -21,7 +21,9 @@ use smallvec::SmallVec;
 const PAR_FLOPS: usize = 1 << 18;
 
 /// Element types `gemm` multiplies natively.
-trait GemmT: Kern {
+pub(crate) trait GemmT:
+    Kern + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+{
     const ONE: Self;
     /// `+0 + a·b`: a lone product summed from +0, so a -0 product is +0.
     fn product_from_zero(a: Self, b: Self) -> Self;
@@ -41,10 +43,10 @@ impl GemmT for f64 {
 
 /// A matrix operand: base pointer plus row and column strides in elements.
 #[derive(Clone, Copy)]
-struct MatRef<T> {
-    ptr: *const T,
-    rs: isize,
-    cs: isize,
+pub(crate) struct MatRef<T> {
+    pub(crate) ptr: *const T,
+    pub(crate) rs: isize,
+    pub(crate) cs: isize,
 }
 
 impl<T> MatRef<T> {
@@ -63,7 +65,7 @@ impl<T> MatRef<T> {
 /// Every element the strides reach must be valid for reads (a, b) or writes (dst, and reads
 /// when `accumulate`), and dst must not overlap a or b.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm_into<T: GemmT>(
+pub(crate) unsafe fn gemm_into<T: GemmT>(
     dst: *mut T,
     dst_rs: isize,
     m: usize,

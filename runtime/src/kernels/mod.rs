@@ -1,5 +1,6 @@
 //! The eager kernels, one file per family.
 
+pub(crate) mod conv;
 pub(crate) mod create;
 pub(crate) mod inplace;
 pub(crate) mod layout;

@@ -283,5 +283,6 @@ pub(crate) mod binary;
 pub(crate) mod structural;
 
 pub(crate) mod composite;
+pub(crate) mod conv;
 pub(crate) mod index;
 pub(crate) mod inplace;

@@ -1,0 +1,347 @@
+//! Convolutions (`Op::Convolution`, any spatial rank, groups, transposed; the geometry is
+//! `kiln_ir::conv`'s). Per batch item and group, a forward convolution gathers the input
+//! under every kernel tap into columns (im2col; a 1×1 kernel of stride 1 reads the input as
+//! it is) and multiplies the group's weight rows by them with `gemm`; a transposed one
+//! multiplies the weight's transpose by the input and adds the columns back to the positions
+//! they reach (col2im). Depthwise convolutions (one input channel a group) skip the GEMM,
+//! whose one-row products would waste it, and sum the taps directly. Items run in parallel
+//! on the kernel pool; f16/bf16 compute in f32 and round once.
+
+use super::matmul::{gemm_into, GemmT, MatRef};
+use crate::error::RuntimeError;
+use crate::pool;
+use crate::storage::Storage;
+use crate::tensor::CpuTensor;
+use gemm::Parallelism;
+use kiln_ir::conv::ConvGeometry;
+use kiln_ir::DType;
+
+/// Below this many multiply-adds a convolution runs on the calling thread alone.
+const PAR_FLOPS: usize = 1 << 17;
+
+/// For each kernel tap `k` and each position `q` of the side the taps are enumerated over
+/// (output positions of a forward convolution, input positions of a transposed one), the
+/// flat spatial index on the other side, or -1 where the tap falls in the padding.
+struct TapMap {
+    taps: usize,
+    positions: usize,
+    index: Vec<isize>,
+}
+
+impl TapMap {
+    fn new(g: &ConvGeometry<'_>, from: &[usize], kernel: &[usize], to: &[usize]) -> TapMap {
+        let taps: usize = kernel.iter().product();
+        let positions: usize = from.iter().product();
+        let rank = from.len();
+        let mut index = vec![-1isize; taps * positions];
+        let mut k = vec![0usize; rank];
+        for t in 0..taps {
+            let mut q = vec![0usize; rank];
+            for p in 0..positions {
+                let mut flat = 0usize;
+                let mut inside = true;
+                for i in 0..rank {
+                    let at = if g.transposed {
+                        g.target(i, q[i], k[i], to[i])
+                    } else {
+                        g.source(i, q[i], k[i], to[i])
+                    };
+                    match at {
+                        Some(a) => flat = flat * to[i] + a,
+                        None => {
+                            inside = false;
+                            break;
+                        }
+                    }
+                }
+                if inside {
+                    index[t * positions + p] = flat as isize;
+                }
+                advance(&mut q, from);
+            }
+            advance(&mut k, kernel);
+        }
+        TapMap {
+            taps,
+            positions,
+            index,
+        }
+    }
+
+    fn row(&self, tap: usize) -> &[isize] {
+        &self.index[tap * self.positions..(tap + 1) * self.positions]
+    }
+}
+
+/// The next multi-index of `shape` in row-major order (wrapping to zeros at the end).
+fn advance(at: &mut [usize], shape: &[usize]) {
+    for d in (0..shape.len()).rev() {
+        at[d] += 1;
+        if at[d] < shape[d] {
+            return;
+        }
+        at[d] = 0;
+    }
+}
+
+/// The convolution of `x` with `w` into a fresh contiguous tensor of `out_shape` (operands
+/// as `kiln_ir::infer` accepted them).
+pub(crate) fn convolution(
+    x: &CpuTensor,
+    w: &CpuTensor,
+    g: &ConvGeometry<'_>,
+    out_shape: &[usize],
+) -> Result<CpuTensor, RuntimeError> {
+    Ok(match x.dtype() {
+        DType::F32 => conv_float::<f32>(&x.contiguous(), &w.contiguous(), g, out_shape),
+        DType::F64 => conv_float::<f64>(&x.contiguous(), &w.contiguous(), g, out_shape),
+        DType::F16 | DType::BF16 => {
+            let (x32, w32) = (x.copy_as(DType::F32), w.copy_as(DType::F32));
+            conv_float::<f32>(&x32, &w32, g, out_shape).copy_as(x.dtype())
+        }
+        DType::I32 | DType::I64 | DType::Bool => {
+            return Err(RuntimeError::unsupported(
+                "convolution",
+                &[x.shape(), w.shape()],
+                "convolutions take floating operands",
+            ))
+        }
+    })
+}
+
+/// Sizes of one convolution call.
+struct Dims {
+    batch: usize,
+    /// input channels of a group
+    cin: usize,
+    /// output channels of a group
+    cout: usize,
+    /// input positions
+    space_in: usize,
+    /// output positions
+    space_out: usize,
+    taps: usize,
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: every parallel chunk writes a disjoint part of the output; the pointer outlives
+// the parallel region.
+unsafe impl<T> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the wrapper, not the raw field).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+fn conv_float<T: GemmT>(
+    x: &CpuTensor,
+    w: &CpuTensor,
+    g: &ConvGeometry<'_>,
+    out_shape: &[usize],
+) -> CpuTensor {
+    let (xs, ks, ys) = (&x.shape()[2..], &w.shape()[2..], &out_shape[2..]);
+    let groups = g.groups;
+    let d = Dims {
+        batch: x.shape()[0],
+        cin: x.shape()[1] / groups,
+        cout: out_shape[1] / groups,
+        space_in: xs.iter().product(),
+        space_out: ys.iter().product(),
+        taps: ks.iter().product(),
+    };
+    let numel: usize = out_shape.iter().product();
+    let storage = Storage::zeros(T::DTYPE, numel);
+    let macs = d.batch * groups * d.cin * d.cout * d.taps * d.space_in.max(d.space_out);
+    if numel > 0 && d.cin > 0 {
+        let (gx, gw) = (x.storage().guard(), w.storage().guard());
+        let xp = SendPtr(gx.slice::<T>()[x.offset()..].as_ptr() as *mut T);
+        let wp = SendPtr(gw.slice::<T>()[w.offset()..].as_ptr() as *mut T);
+        let yp = SendPtr(storage.elements_ptr() as *mut T);
+        let items = d.batch * groups;
+        let threads = if macs >= PAR_FLOPS {
+            pool::threads()
+        } else {
+            1
+        };
+        let inner = if items < threads {
+            Parallelism::Rayon(0)
+        } else {
+            Parallelism::None
+        };
+        let (fmap, tmap) = if g.transposed {
+            (None, Some(TapMap::new(g, xs, ks, ys)))
+        } else {
+            (forward_map(g, xs, ks, ys), None)
+        };
+        let run = |item: usize| {
+            let (n, grp) = (item / groups, item % groups);
+            // SAFETY: x and w are contiguous with the shapes infer checked; item (n, grp)
+            // reads its own input channels and writes only its own output channels.
+            unsafe {
+                let xi = xp.get().add((n * groups + grp) * d.cin * d.space_in) as *const T;
+                let yi = yp.get().add((n * groups + grp) * d.cout * d.space_out);
+                let wi = wp.get().add(grp * d.cin * d.cout * d.taps) as *const T;
+                match &tmap {
+                    Some(map) => transposed_item(&d, map, xi, wi, yi, inner),
+                    None => forward_item(&d, fmap.as_ref(), xi, wi, yi, inner),
+                }
+            }
+        };
+        if threads > 1 && items > 1 {
+            pool::run(items, pool::Wake::Sleepers, &run);
+        } else {
+            (0..items).for_each(run);
+        }
+    }
+    CpuTensor::from_storage(storage, out_shape)
+}
+
+/// The forward tap map, or `None` for a 1×1 kernel of stride 1 and no padding (the input
+/// is its own column matrix).
+fn forward_map(g: &ConvGeometry<'_>, xs: &[usize], ks: &[usize], ys: &[usize]) -> Option<TapMap> {
+    let identity = ks.iter().all(|&k| k == 1)
+        && g.stride.iter().all(|&s| s == 1)
+        && g.padding.iter().all(|&p| p == 0);
+    (!identity).then(|| TapMap::new(g, ys, ks, xs))
+}
+
+/// One (batch item, group) of a forward convolution: `y [cout, L] = w [cout, cin·taps] @
+/// cols [cin·taps, L]`.
+///
+/// # Safety
+/// `x` holds `cin·space_in` readable elements, `w` `cout·cin·taps`, `y` `cout·space_out`
+/// writable zeros nothing else writes.
+unsafe fn forward_item<T: GemmT>(
+    d: &Dims,
+    map: Option<&TapMap>,
+    x: *const T,
+    w: *const T,
+    y: *mut T,
+    par: Parallelism,
+) {
+    let l = d.space_out;
+    let Some(map) = map else {
+        let a = MatRef {
+            ptr: w,
+            rs: d.cin as isize,
+            cs: 1,
+        };
+        let b = MatRef {
+            ptr: x,
+            rs: d.space_in as isize,
+            cs: 1,
+        };
+        gemm_into(y, l as isize, d.cout, l, d.cin, a, b, false, par);
+        return;
+    };
+    if d.cin == 1 {
+        // depthwise: each output channel sums its taps over its one input channel
+        for o in 0..d.cout {
+            let yo = std::slice::from_raw_parts_mut(y.add(o * l), l);
+            for t in 0..map.taps {
+                let wt = *w.add(o * map.taps + t);
+                for (yv, &i) in yo.iter_mut().zip(map.row(t)) {
+                    if i >= 0 {
+                        *yv = *yv + wt * *x.offset(i);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    let rows = d.cin * map.taps;
+    let mut cols = vec![T::default(); rows * l];
+    for c in 0..d.cin {
+        let xc = x.add(c * d.space_in);
+        for t in 0..map.taps {
+            let dst = &mut cols[(c * map.taps + t) * l..][..l];
+            for (v, &i) in dst.iter_mut().zip(map.row(t)) {
+                if i >= 0 {
+                    *v = *xc.offset(i);
+                }
+            }
+        }
+    }
+    let a = MatRef {
+        ptr: w,
+        rs: rows as isize,
+        cs: 1,
+    };
+    let b = MatRef {
+        ptr: cols.as_ptr(),
+        rs: l as isize,
+        cs: 1,
+    };
+    gemm_into(y, l as isize, d.cout, l, rows, a, b, false, par);
+}
+
+/// One (batch item, group) of a transposed convolution: `cols [cout·taps, S] = wᵀ @ x
+/// [cin, S]` (w is [cin, cout·taps]), each column added to the outputs its taps reach.
+///
+/// # Safety
+/// As [`forward_item`], with `y` zeroed.
+unsafe fn transposed_item<T: GemmT>(
+    d: &Dims,
+    map: &TapMap,
+    x: *const T,
+    w: *const T,
+    y: *mut T,
+    par: Parallelism,
+) {
+    let s = d.space_in;
+    let rows = d.cout * map.taps;
+    if d.cin == 1 {
+        for o in 0..d.cout {
+            let yo = y.add(o * d.space_out);
+            for t in 0..map.taps {
+                let wt = *w.add(o * map.taps + t);
+                for (q, &i) in map.row(t).iter().enumerate() {
+                    if i >= 0 {
+                        let at = yo.offset(i);
+                        *at = *at + wt * *x.add(q);
+                    }
+                }
+            }
+        }
+        return;
+    }
+    let mut cols = vec![T::default(); rows * s];
+    let a = MatRef {
+        ptr: w,
+        rs: 1,
+        cs: rows as isize,
+    };
+    let b = MatRef {
+        ptr: x,
+        rs: s as isize,
+        cs: 1,
+    };
+    gemm_into(
+        cols.as_mut_ptr(),
+        s as isize,
+        rows,
+        s,
+        d.cin,
+        a,
+        b,
+        false,
+        par,
+    );
+    for o in 0..d.cout {
+        let yo = y.add(o * d.space_out);
+        for t in 0..map.taps {
+            let src = &cols[(o * map.taps + t) * s..][..s];
+            for (&v, &i) in src.iter().zip(map.row(t)) {
+                if i >= 0 {
+                    let at = yo.offset(i);
+                    *at = *at + v;
+                }
+            }
+        }
+    }
+}
