@@ -45,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tiers::tiers, m)?)?;
     m.add_function(wrap_pyfunction!(tiers::wait_for_c_tier, m)?)?;
     m.add_function(wrap_pyfunction!(tiers::c_tier_swap_ages, m)?)?;
+    m.add_function(wrap_pyfunction!(tiers::profile_report, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::forget_pinned, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::pack_cache_bytes, m)?)?;
     m.add_class::<compiled::Compiled>()?;

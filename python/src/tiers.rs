@@ -33,3 +33,16 @@ pub(crate) fn c_tier_swap_ages() -> Vec<f64> {
         .map(|at| at.elapsed().as_secs_f64())
         .collect()
 }
+
+/// The per-kernel timing table of compiled CPU plans (`KILN_PROFILE=1` turns timing on;
+/// see `kiln::profile`), its `limit` longest rows formatted as `kiln run` prints them; with
+/// `reset`, the table is emptied afterwards.
+#[pyfunction]
+#[pyo3(signature = (limit = 30, reset = false))]
+pub(crate) fn profile_report(limit: usize, reset: bool) -> String {
+    let text = kiln::profile::format_report(&kiln::profile::report(), limit);
+    if reset {
+        kiln::profile::reset();
+    }
+    text
+}
