@@ -399,7 +399,15 @@ def _taps_of(b: _Builder, xp: Value, axes: list, prefix: tuple, cache: dict) -> 
 
 def _max_scan(b: _Builder, x: Value, axes: list, out: Out, op: str) -> tuple:
     """(max, flat index) over each window, scanning its taps in row-major order with the
-    CPU kernels' rule: take the tap if it is valid and (`v > max`, NaN, or the first)."""
+    CPU kernels' rule: take the tap if it is valid and (`v > max`, NaN, or the first).
+
+    The maximum is its own chain, which does not read the index chain, so a graph that
+    drops the indices (every inference graph) drops their chain with it. Over regular
+    windows it is `maximum(tap, max)` tap after tap: padding holds the lowest value, which
+    never wins; ties keep the earlier tap (`maximum`'s ties give its second operand) and a
+    NaN propagates, so it is the scan's value (a NaN comes out as kiln's NaN, not the
+    input's payload). Adaptive windows mask the taps past a window's end with the scan's
+    rule instead."""
     if x.dtype not in _FLOATS and x.dtype not in ("i32", "i64"):
         raise Unsupported(f"{op}: {x.dtype} input")
     if all(_blocked(ax) for ax in axes) and all(ax.m > 0 for ax in axes):
@@ -412,20 +420,27 @@ def _max_scan(b: _Builder, x: Value, axes: list, out: Out, op: str) -> tuple:
     xp = x
     for k, ax in enumerate(axes):
         xp = _padded(b, xp, x.rank - len(axes) + k, ax, _lowest(x.dtype))
-    best = b.full(out[0].shape, _lowest(x.dtype), x.dtype)
+    regular = all(ax.ends is None for ax in axes)
+    best = None
     index = b.full(out[1].shape, -1, "i64")
     cache: dict = {}
     terms = _tap_terms(b, axes)
     for taps in itertools.product(*(range(ax.taps) for ax in axes)):
         flat, mask = _combine(b, terms, taps)
         v = _taps_of(b, xp, axes, taps, cache)
-        take = b.binary("logical_or", b.binary("gt", v, best), b.binary("lt", index, 0))
+        prev = best if best is not None else b.full(out[0].shape, _lowest(x.dtype), x.dtype)
+        greater = b.binary("gt", v, prev)
         if x.dtype in _FLOATS:
-            take = b.binary("logical_or", take, b.unary("isnan", v))
+            greater = b.binary("logical_or", greater, b.unary("isnan", v))
+        take = b.binary("logical_or", greater, b.binary("lt", index, 0))
         if mask is not None:
+            greater = b.binary("logical_and", greater, mask)
             take = b.binary("logical_and", take, mask)
-        best = b.where(take, v, best)
         index = b.where(take, flat, index)
+        if regular:
+            best = v if best is None else b.binary("maximum", v, best)
+        else:
+            best = b.where(greater, v, prev)
     return best, index
 
 
