@@ -251,6 +251,10 @@ fn matmul_shapes_layouts_and_dtypes() {
         (&[2, 1, 4, 3], &[5, 3, 6]),
         (&[5], &[2, 5, 3]),
         (&[64, 64], &[64, 64]),
+        // few rows with a long shared dim: dot products when b is read by columns
+        (&[5, 70], &[70, 9]),
+        (&[1, 32], &[32, 3]),
+        (&[2, 4, 100], &[100, 1]),
     ];
     let mut seed = 800;
     for dtype in [
@@ -265,6 +269,7 @@ fn matmul_shapes_layouts_and_dtypes() {
             for (la, lb) in [
                 (Layout::Contiguous, Layout::Contiguous),
                 (Layout::Transposed, Layout::Transposed),
+                (Layout::Contiguous, Layout::Transposed),
                 (Layout::Strided, Layout::Offset),
             ] {
                 seed += 2;

@@ -8,6 +8,7 @@
 use crate::element::{IntKern, Kern};
 use crate::error::RuntimeError;
 use crate::iter::{for_chunks, GRAIN_CHEAP};
+use crate::kernels::few_rows;
 use crate::kernels::layout::view_strides;
 use crate::pool;
 use crate::storage::Storage;
@@ -25,19 +26,34 @@ pub(crate) trait GemmT:
     Kern + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
 {
     const ONE: Self;
+    /// Whether few-row products run as dot products ([`few_rows`]) rather than through gemm.
+    const FAST_DOT: bool;
     /// `+0 + a·b`: a lone product summed from +0, so a -0 product is +0.
     fn product_from_zero(a: Self, b: Self) -> Self;
+    /// Σ x[i]·y[i] over `k` contiguous elements, from +0.
+    ///
+    /// # Safety
+    /// `x` and `y` valid for `k` reads.
+    unsafe fn dot(x: *const Self, y: *const Self, k: usize) -> Self;
 }
 impl GemmT for f32 {
     const ONE: f32 = 1.0;
+    const FAST_DOT: bool = true;
     fn product_from_zero(a: f32, b: f32) -> f32 {
         0.0 + a * b
+    }
+    unsafe fn dot(x: *const f32, y: *const f32, k: usize) -> f32 {
+        few_rows::dot_f32(x, y, k)
     }
 }
 impl GemmT for f64 {
     const ONE: f64 = 1.0;
+    const FAST_DOT: bool = false;
     fn product_from_zero(a: f64, b: f64) -> f64 {
         0.0 + a * b
+    }
+    unsafe fn dot(x: *const f64, y: *const f64, k: usize) -> f64 {
+        few_rows::dot_portable(x, y, k)
     }
 }
 
@@ -100,6 +116,11 @@ pub(crate) unsafe fn gemm_into<T: GemmT>(
                 dst.offset(i * dst_rs + j).write(T::product_from_zero(x, y));
             }
         }
+        return;
+    }
+    // single-threaded calls only: gemm's own threads share a big product of few rows
+    if matches!(par, Parallelism::None) && few_rows::applies(m, k, a, b) {
+        few_rows::few_rows_into(dst, dst_rs, m, n, k, a, b, accumulate);
         return;
     }
     gemm::gemm(

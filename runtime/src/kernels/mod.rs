@@ -2,6 +2,7 @@
 
 pub(crate) mod conv;
 pub(crate) mod create;
+pub(crate) mod few_rows;
 pub(crate) mod inplace;
 pub(crate) mod layout;
 pub(crate) mod matmul;
