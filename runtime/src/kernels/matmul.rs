@@ -436,10 +436,10 @@ fn matmul_float<T: GemmT>(a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
         // one gemm per thread over the batch when there are items enough for every thread
         // (attention's 96 products of [128, 32] @ [32, 128]: 1.1 ms with gemm's threads on
         // each item in turn, 0.62 ms so); gemm's threads only for a few big items
-        let over_batch = matches!(par, Parallelism::None) || nb >= rayon::current_num_threads();
+        let over_batch = matches!(par, Parallelism::None) || nb >= pool::threads();
         if nb > 1 && over_batch && m * n > 0 {
-            out.par_chunks_mut(m * n).enumerate().for_each(|(bi, o)| {
-                let (ma, mb) = mats(bi);
+            for_chunks(out, m * n, |start, o| {
+                let (ma, mb) = mats(start / (m * n));
                 // SAFETY: as above; each batch item writes its own chunk of dst.
                 unsafe {
                     gemm_into(

@@ -9,7 +9,6 @@ use crate::iter::{for_chunks, GRAIN_CHEAP};
 use crate::storage::Storage;
 use crate::tensor::CpuTensor;
 use kiln_ir::ReduceOp;
-use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
 /// A contiguous input viewed as [outer, red, inner].
@@ -146,14 +145,19 @@ fn run<T: Element, R: Reducer<T>>(p: &Plan, r: &R) -> Storage {
     let n = p.outer * p.red * p.inner;
     let data = &g.slice::<T>()[p.x.offset()..][..n];
     let (red, inner) = (p.red, p.inner);
-    if inner == 1 && p.outer < rayon::current_num_threads() && red >= 2 * GRAIN_CHEAP {
-        // Few long rows: split each row over the pool and merge the pieces.
+    if inner == 1 && p.outer < crate::pool::threads() && red >= 2 * GRAIN_CHEAP {
+        // Few long rows: split each row over the pool and merge the pieces in order.
         return Storage::build::<R::O>(p.outer, |out| {
+            let mut parts = vec![r.init(); red.div_ceil(GRAIN_CHEAP)];
             for (o, slot) in out.iter_mut().enumerate() {
-                let a = data[o * red..][..red]
-                    .par_chunks(GRAIN_CHEAP)
-                    .map(|c| row_acc(r, c))
-                    .reduce(|| r.init(), |a, b| r.merge(a, b));
+                let row = &data[o * red..][..red];
+                for_chunks(&mut parts, 1, |i, part| {
+                    part[0] = row_acc(
+                        r,
+                        &row[i * GRAIN_CHEAP..][..GRAIN_CHEAP.min(red - i * GRAIN_CHEAP)],
+                    );
+                });
+                let a = parts.iter().fold(r.init(), |a, &b| r.merge(a, b));
                 slot.write(r.finish(a, red));
             }
         });
