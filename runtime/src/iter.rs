@@ -184,9 +184,10 @@ pub(crate) fn for_chunks<T: Send>(
     crate::pool::run(len.div_ceil(grain), crate::pool::Wake::Sleepers, &|i| {
         let start = i * grain;
         let n = grain.min(len - start);
-        let base = &base; // the whole wrapper, not its field (closures capture fields apart)
-                          // SAFETY: chunk i is out[start..start + n], disjoint from every other chunk, and
-                          // `out` is borrowed mutably until every chunk has run.
+        // the whole wrapper, not its field (closures capture fields apart)
+        let base = &base;
+        // SAFETY: chunk i is out[start..start + n], disjoint from every other chunk, and
+        // `out` is borrowed mutably until every chunk has run.
         f(start, unsafe {
             std::slice::from_raw_parts_mut(base.0.add(start), n)
         })

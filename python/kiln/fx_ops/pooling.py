@@ -74,7 +74,7 @@ def _adaptive(n: int, m: int) -> _Axis:
 
 def _const(b: _Builder, values: list, dtype: str = "i64") -> Value:
     """A 1-d constant: one `arange` (or `full`) per arithmetic run of `values`, `cat`ed
-    (bools built as i64 and cast)."""
+    (bools built as f32 and compared with 0)."""
     if dtype == "bool":
         # made from f32 inside the kernel that reads it: the CPU loop nests read no bool
         # or integer inputs, so an i64 constant cast to bool kept its readers out of them

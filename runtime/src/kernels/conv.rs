@@ -489,9 +489,9 @@ unsafe fn transposed_item<T: GemmT>(
     let s = d.space_in;
     let rows = d.cout * map.taps;
     if d.cin == 1 {
+        let xs = std::slice::from_raw_parts(x, s);
         for o in 0..d.cout {
             let yo = y.add(o * d.space_out);
-            let xs = std::slice::from_raw_parts(x, s);
             for t in 0..map.taps {
                 map.scatter_add(t, *w.add(o * map.taps + t), xs, yo);
             }
