@@ -528,6 +528,22 @@ fn linear_into(x: &CpuTensor, w: &CpuTensor) -> Vec<f64> {
     got
 }
 
+/// `x @ wᵀ` of a few rows (dot products of x's rows with wᵀ's contiguous columns, not gemm):
+/// a classifier head's shape (its columns shared on the kernel pool), a single row whose
+/// shared dim ends in a partial vector, and a batch folded into six rows.
+#[test]
+fn matmul_into_few_rows_against_transposed_weights_match_a_naive_product() {
+    for (sx, sw) in [
+        (vec![4usize, 512], vec![1000usize, 512]),
+        (vec![1, 37], vec![9, 37]),
+        (vec![3, 2, 70], vec![130, 70]),
+    ] {
+        let x = randn(&sx, DType::F32, 61);
+        let w = randn(&sw, DType::F32, 62);
+        linear_into(&x, &w);
+    }
+}
+
 /// A transposed weight big enough to be copied row-major is copied once and the copy kept
 /// (weight prepacking); every call still sees the weight's current values: after an in-place
 /// write (which bumps the version), and for memory borrowed from another library, whose
