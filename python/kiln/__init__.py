@@ -14,8 +14,13 @@ storage and ``_version`` stay; ``kiln.forget_weights()`` drops them after a writ
 back to eager PyTorch, and why.
 """
 
-from ._native import KilnError, version as __version__
+import torch as _torch  # noqa: F401  (loads torch's OpenMP runtime before kiln looks it up)
+
+from ._native import KilnError, adopt_torch_threads as _adopt_torch_threads, version as __version__
 from .backend import ExplainReport, backend, explain, forget_weights, kiln_backend
+
+# kiln's parallel kernel work runs on torch's OpenMP team (``_native.adopt_torch_threads``)
+_adopt_torch_threads()
 
 __all__ = ["ExplainReport", "KilnError", "backend", "explain", "forget_weights", "kiln_backend",
            "__version__"]

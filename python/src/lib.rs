@@ -10,6 +10,7 @@
 
 mod compiled;
 mod dlpack;
+mod host_threads;
 mod inputs;
 mod tiers;
 
@@ -37,7 +38,8 @@ const BUILD_PROFILE: &str = if cfg!(debug_assertions) {
 };
 
 /// The module: `compile`, `verify`, `Compiled`, `tiers`, `wait_for_c_tier`,
-/// `c_tier_swap_ages`, `forget_pinned`, `pack_cache_bytes`, `KilnError`, `version`, `build_profile`.
+/// `c_tier_swap_ages`, `forget_pinned`, `adopt_torch_threads`, `pack_cache_bytes`, `KilnError`,
+/// `version`, `build_profile`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
@@ -47,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tiers::c_tier_swap_ages, m)?)?;
     m.add_function(wrap_pyfunction!(tiers::profile_report, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::forget_pinned, m)?)?;
+    m.add_function(wrap_pyfunction!(host_threads::adopt_torch_threads, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::pack_cache_bytes, m)?)?;
     m.add_class::<compiled::Compiled>()?;
     m.add("KilnError", m.py().get_type::<KilnError>())?;

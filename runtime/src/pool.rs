@@ -14,6 +14,9 @@
 //! runs while the other core idled, which made the split a loss (10.2 µs per `tiny` call
 //! instead of 6.7).
 //!
+//! Inside PyTorch the pool's jobs run on torch's OpenMP team instead ([`super::host_team`]):
+//! two teams spinning on the same cores slowed each other's jobs.
+//!
 //! The job protocol (publishing, claiming, finishing, sleeping and waking) is model-checked
 //! with loom by `runtime/tests/pool_loom.rs`, which compiles this file again with loom's
 //! atomics, lock and condition variable in place of [`super::pool_sync`]'s (so the file uses
@@ -291,7 +294,10 @@ impl Affinity {
 
 /// The threads a job can run on: the pool's workers and the caller.
 pub fn threads() -> usize {
-    Pool::get().workers + 1
+    match super::host_team::get() {
+        Some(team) => team.threads(),
+        None => Pool::get().workers + 1,
+    }
 }
 
 /// Whether a job may wake sleeping workers (see [`run`]).
@@ -313,7 +319,19 @@ pub enum Wake {
 /// and the rest of the step, longer than [`SPIN`], went from 113 to 91 µs without it).
 /// `f` must not panic (the generated kernels it calls cannot); a panic aborts the process
 /// rather than leave a worker holding a dangling job.
+///
+/// With a host team adopted ([`super::host_team`]), a [`Wake::Sleepers`] job runs on that
+/// team instead; a [`Wake::SpinningOnly`] one runs on the caller alone (whether the team's
+/// threads still spin cannot be seen, and a fork that wakes them costs more than the job).
 pub fn run(chunks: usize, wake: Wake, f: &(dyn Fn(usize) + Sync)) {
+    if let Some(team) = super::host_team::get() {
+        if chunks <= 1 || wake == Wake::SpinningOnly {
+            (0..chunks).for_each(f);
+        } else {
+            team.run(chunks, f);
+        }
+        return;
+    }
     let pool = Pool::get();
     let s = pool.shared;
     if chunks <= 1

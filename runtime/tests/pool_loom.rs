@@ -38,6 +38,11 @@ mod pool_sync {
     }
 }
 
+/// The host-team hook `run` and `threads` consult (never adopted here).
+#[path = "../src/host_team.rs"]
+#[allow(dead_code)]
+mod host_team;
+
 // the pool's spin, clock and affinity code, and its `run` entry point, are unused here
 #[allow(dead_code)]
 #[path = "../src/pool.rs"]
