@@ -10,7 +10,7 @@
 
 mod compiled;
 mod dlpack;
-mod host_threads;
+mod host_libraries;
 mod inputs;
 mod tiers;
 
@@ -38,8 +38,8 @@ const BUILD_PROFILE: &str = if cfg!(debug_assertions) {
 };
 
 /// The module: `compile`, `verify`, `Compiled`, `tiers`, `wait_for_c_tier`,
-/// `c_tier_swap_ages`, `forget_pinned`, `adopt_torch_threads`, `pack_cache_bytes`, `KilnError`,
-/// `version`, `build_profile`.
+/// `c_tier_swap_ages`, `forget_pinned`, `adopt_torch_threads`, `adopt_torch_blas`,
+/// `pack_cache_bytes`, `KilnError`, `version`, `build_profile`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compiled::compile, m)?)?;
@@ -49,7 +49,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tiers::c_tier_swap_ages, m)?)?;
     m.add_function(wrap_pyfunction!(tiers::profile_report, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::forget_pinned, m)?)?;
-    m.add_function(wrap_pyfunction!(host_threads::adopt_torch_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(host_libraries::adopt_torch_threads, m)?)?;
+    m.add_function(wrap_pyfunction!(host_libraries::adopt_torch_blas, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::pack_cache_bytes, m)?)?;
     m.add_class::<compiled::Compiled>()?;
     m.add("KilnError", m.py().get_type::<KilnError>())?;

@@ -19,6 +19,7 @@ pub mod device;
 mod element;
 mod error;
 mod exec;
+pub mod host_blas;
 pub mod host_team;
 mod iter;
 mod kernels;

@@ -23,7 +23,7 @@ const PAR_FLOPS: usize = 1 << 18;
 
 /// Element types `gemm` multiplies natively.
 pub(crate) trait GemmT:
-    Kern + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+    Kern + crate::host_blas::BlasElement + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
 {
     const ONE: Self;
     /// Whether few-row products run as dot products ([`few_rows`]) rather than through gemm.
@@ -116,6 +116,10 @@ pub(crate) unsafe fn gemm_into<T: GemmT>(
                 dst.offset(i * dst_rs + j).write(T::product_from_zero(x, y));
             }
         }
+        return;
+    }
+    // the host's BLAS where one was adopted (inside PyTorch: eager's own products)
+    if crate::host_blas::gemm(dst, dst_rs, m, n, k, a, b, accumulate) {
         return;
     }
     // single-threaded calls only: gemm's own threads share a big product of few rows
@@ -631,6 +635,14 @@ const COLUMN_ALIGN: usize = 64;
 /// slower, the block (512) within the noise.
 const MIN_ROWS_PER_THREAD: usize = 256;
 
+/// A product with more rows than columns shares its rows among the threads, each taking
+/// at least this many, rather than its columns: a column share packs all of a's rows and
+/// reads all of them again per share. BERT's training step through the torch backend (2
+/// threads; kernel means, the two alternated in one process): its weight gradient of
+/// 1000×256 @ 256×128 0.63× the time by column shares, the 512×256 @ 256×128 ones 0.80×, the
+/// whole step's kernels 0.96×.
+const ROW_SHARE_MIN_ROWS: usize = 64;
+
 /// Rows per epilogue block: about 256 KiB of output, so a block stays in L2.
 fn rows_per_block(n: usize) -> usize {
     ((256 << 10) / (4 * n.max(1))).clamp(8, 1 << 20)
@@ -766,12 +778,16 @@ pub fn matmul_into(
         for bi in 0..items {
             run_block(bi, 0, rows, Parallelism::None);
         }
-    } else if pieces == 1 || (epilogue.is_some() && rows >= MIN_ROWS_PER_THREAD * pieces) {
+    } else if pieces == 1
+        || (epilogue.is_some() && rows >= MIN_ROWS_PER_THREAD * pieces)
+        || (rows > n && rows >= ROW_SHARE_MIN_ROWS * pieces)
+    {
         // One single-threaded gemm (then its epilogue) per item when there are items enough
-        // for every thread; else each thread takes a share of every item's rows, so the
-        // epilogue runs on rows it just wrote, still in cache. MiniLM's FFN and projection
-        // matmuls with their bias (and gelu) epilogue: 2-15% faster per kernel so than
-        // gemm's own threads then a separate pass (KILN_PROFILE, A/B)
+        // for every thread; else each thread takes a share of every item's rows (tall
+        // products, and those with an epilogue, which then runs on rows it just wrote,
+        // still in cache). MiniLM's FFN and projection matmuls with their bias (and gelu)
+        // epilogue: 2-15% faster per kernel so than gemm's own threads then a separate pass
+        // (KILN_PROFILE, A/B)
         let per = rows.div_ceil(pieces);
         pool::run(items * pieces, pool::Wake::Sleepers, &|i| {
             let (bi, r0) = (i / pieces, (i % pieces) * per);
