@@ -68,7 +68,10 @@ pub(crate) fn adopt_torch_blas(path: &str) -> Option<String> {
     // SAFETY: sgemm_ and dgemm_ of a loaded BLAS follow the Fortran BLAS contract (adopt
     // checks their products before using them); the library stays loaded (above).
     let adopted = unsafe {
-        kiln_runtime::host_blas::adopt(std::mem::transmute(sgemm), std::mem::transmute(dgemm))
+        use kiln_runtime::host_blas::{adopt, FortranGemm};
+        let sgemm = std::mem::transmute::<*mut libc::c_void, FortranGemm<f32>>(sgemm);
+        let dgemm = std::mem::transmute::<*mut libc::c_void, FortranGemm<f64>>(dgemm);
+        adopt(sgemm, dgemm)
     };
     adopted.err().map(|e| e.to_string())
 }
