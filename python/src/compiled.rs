@@ -22,6 +22,9 @@ enum Runner {
 pub(crate) struct Compiled {
     graph: Graph,
     runner: Runner,
+    /// per output: whether the caller wants it row-major (a view kiln returns is copied by
+    /// kiln's runtime, in parallel and in blocks, rather than by the caller)
+    contiguous: Vec<bool>,
 }
 
 /// Parses and verifies `kir`, the text of one graph.
@@ -41,11 +44,26 @@ pub(crate) fn verify(kir: &str) -> PyResult<String> {
 /// Compiles one graph of kiln's IR for `backend` (`"cpu"`: generated code; `"eager"`:
 /// kiln's eager kernels). Code is generated at the first call, for its input shapes.
 /// `tier` is the cpu backend's tier policy (`"auto"`, `"cranelift"` or `"c"`, as
-/// `KILN_TIER`).
+/// `KILN_TIER`). The outputs numbered in `contiguous_outputs` come back row-major: a view
+/// kiln would return (a permuted weight gradient) is copied by kiln's runtime first.
 #[pyfunction]
-#[pyo3(signature = (kir, backend = "cpu", tier = "auto"))]
-pub(crate) fn compile(kir: &str, backend: &str, tier: &str) -> PyResult<Compiled> {
+#[pyo3(signature = (kir, backend = "cpu", tier = "auto", contiguous_outputs = Vec::new()))]
+pub(crate) fn compile(
+    kir: &str,
+    backend: &str,
+    tier: &str,
+    contiguous_outputs: Vec<usize>,
+) -> PyResult<Compiled> {
     let graph = parse(kir)?;
+    let outputs = graph.outputs().len();
+    let mut contiguous = vec![false; outputs];
+    for i in contiguous_outputs {
+        *contiguous.get_mut(i).ok_or_else(|| {
+            to_py(format!(
+                "contiguous_outputs: output {i} of a graph of {outputs} outputs"
+            ))
+        })? = true;
+    }
     let tier = TierPolicy::parse(tier).ok_or_else(|| {
         to_py(format!(
             "tier {tier:?}: one of \"auto\", \"cranelift\", \"c\""
@@ -71,7 +89,11 @@ pub(crate) fn compile(kir: &str, backend: &str, tier: &str) -> PyResult<Compiled
             )))
         }
     };
-    Ok(Compiled { graph, runner })
+    Ok(Compiled {
+        graph,
+        runner,
+        contiguous,
+    })
 }
 
 #[pymethods]
@@ -86,9 +108,18 @@ impl Compiled {
             .map(|(i, spec)| inputs::borrow(i, spec))
             .collect::<PyResult<Vec<Tensor>>>()?;
         let outputs = py
-            .detach(|| match &self.runner {
-                Runner::Cpu(f) => f.call(&tensors),
-                Runner::Eager => run_graph(&self.graph, &tensors),
+            .detach(|| {
+                let outs = match &self.runner {
+                    Runner::Cpu(f) => f.call(&tensors),
+                    Runner::Eager => run_graph(&self.graph, &tensors),
+                }?;
+                outs.into_iter()
+                    .enumerate()
+                    .map(|(i, t)| match self.contiguous.get(i) {
+                        Some(true) => t.contiguous(),
+                        _ => Ok(t),
+                    })
+                    .collect::<kiln::Result<Vec<Tensor>>>()
             })
             .map_err(to_py)?;
         drop(tensors);

@@ -279,6 +279,53 @@ def test_the_native_bridge_borrows_inputs_and_lends_outputs(backend):
     torch.testing.assert_close(t, torch.arange(3, 9, dtype=torch.float32).view(2, 3).t())
 
 
+NATIVE_PERMUTED = """graph @p(%x: f32[37,70,4,4]) -> (f32[70,37,3,3], f32[37,70,4,4]) {
+  %0 = exp %x : f32[37,70,4,4]
+  %1 = permute %0 {dims = [1, 0, 2, 3]} : f32[70,37,4,4]
+  %2 = slice %1 {dim = 2, start = 0, end = 3, step = 1} : f32[70,37,3,4]
+  %3 = slice %2 {dim = 3, start = 0, end = 3, step = 1} : f32[70,37,3,3]
+  return %3, %0
+}"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "eager"])
+def test_outputs_asked_for_row_major_come_back_row_major(backend):
+    # a weight gradient's shape: a permuted, cut view of a kernel's output (kiln's view
+    # without the request; a row-major copy by kiln's runtime with it)
+    x = torch.randn(37, 70, 4, 4)
+    spec = (x.untyped_storage().data_ptr(), "f32", list(x.shape), list(x.stride()), 0,
+            x.numel(), x, None)
+    want = x.exp().permute(1, 0, 2, 3)[:, :, :3, :3]
+    view, _ = (from_dlpack(c) for c in _native.compile(NATIVE_PERMUTED, backend)([spec]))
+    assert not view.is_contiguous()
+    torch.testing.assert_close(view, want)
+    for asked in ([0], [0, 1]):
+        g = _native.compile(NATIVE_PERMUTED, backend, "auto", asked)
+        row_major, full = (from_dlpack(c) for c in g([spec]))
+        assert row_major.is_contiguous() and full.is_contiguous()
+        # a copy of the same values: bit for bit kiln's view's
+        assert torch.equal(row_major, view)
+        torch.testing.assert_close(full, x.exp())
+    with pytest.raises(kiln.KilnError, match="output 2 of a graph of 2"):
+        _native.compile(NATIVE_PERMUTED, backend, "auto", [2])
+
+
+def test_convolution_weight_gradients_equal_eager_in_eagers_layout():
+    # stride 2: the weight gradient is cut from a larger correlation, then permuted
+    torch.manual_seed(8)
+    conv = torch.nn.Conv2d(19, 29, 3, stride=2, padding=1)
+    ref = torch.nn.Conv2d(19, 29, 3, stride=2, padding=1).double()
+    ref.load_state_dict({k: v.double() for k, v in conv.state_dict().items()})
+    x = torch.randn(3, 19, 13, 11)
+    c = torch.compile(conv, backend=kiln.backend())
+    out = c(x)
+    w = torch.randn(out.shape)
+    (out * w).sum().backward()
+    (ref(x.double()) * w.double()).sum().backward()
+    assert conv.weight.grad.stride() == ref.weight.grad.stride()
+    torch.testing.assert_close(conv.weight.grad, ref.weight.grad.float(), rtol=1e-5, atol=1e-5)
+
+
 def test_native_errors_are_kiln_errors_naming_the_problem():
     with pytest.raises(kiln.KilnError, match="line"):
         _native.compile("graph @broken(%x: f32[2]) -> f32[2] { %0 = frobnicate %x : f32[2]\n return %0 }")

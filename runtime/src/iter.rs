@@ -222,6 +222,9 @@ pub(crate) fn map1_into<A: Element, B: Element>(
     {
         return map1_tiled(&space, data, x.ioffset(), out, grain, f);
     }
+    if let Some(k) = block_transpose_split(&space, out.len()) {
+        return map1_block_tiled(&space, k, data, x.ioffset(), out, grain, f);
+    }
     for_chunks(out, grain, |start, chunk| {
         space.runs(
             [x.ioffset()],
@@ -291,6 +294,87 @@ fn map1_tiled<A: Element, B: Element>(
                 }
             }
             r += tb;
+        }
+    })
+}
+
+/// Most elements of the small inner block [`map1_block_tiled`] copies whole.
+const BLOCK_MAX: usize = 256;
+/// Edge of [`map1_block_tiled`]'s tiles over the two transposed dims.
+const BLOCK_TILE: usize = 16;
+
+/// Where the inner block starts when the layout is a transpose of two dims over small
+/// contiguous-ish blocks: dims `k-2` and `k-1` before a block `k..` of at most [`BLOCK_MAX`]
+/// elements, dim `k-1` scattered and dim `k-2` denser (a convolution's weight gradient
+/// [cout, cin, kh, kw] as a permuted view of [cin, cout, kh', kw']). None otherwise.
+fn block_transpose_split(space: &Space<1>, numel: usize) -> Option<usize> {
+    let nd = space.shape.len();
+    if nd < 3 || numel < 4 * TILE * TILE {
+        return None;
+    }
+    let mut inner = 1;
+    for k in (2..nd).rev() {
+        inner *= space.shape[k];
+        if inner > BLOCK_MAX {
+            return None;
+        }
+        let (sa, sb) = (space.strides[0][k - 2], space.strides[0][k - 1]);
+        if sb.unsigned_abs() > SCATTERED && sa.unsigned_abs() < sb.unsigned_abs() {
+            return Some(k);
+        }
+    }
+    None
+}
+
+/// `map1_into` for [`block_transpose_split`]'s layouts: output rows of dim `k-2` in chunks,
+/// and within a chunk tiles of [`BLOCK_TILE`] × [`BLOCK_TILE`] (dims `k-2`, `k-1`), each
+/// element's inner block copied whole, so the reads of a tile share their cache lines where
+/// an element-order walk touched a new line every few elements. ResNet-18's 512×256×3×3
+/// weight gradient viewed from [256, 512, 4, 4]: 3.2 ms in element order, torch's `copy_`
+/// 5.5 ms (2 threads, medians).
+fn map1_block_tiled<A: Element, B: Element>(
+    space: &Space<1>,
+    k: usize,
+    data: &[A],
+    base: isize,
+    out: &mut [MaybeUninit<B>],
+    grain: usize,
+    f: &(impl Fn(A) -> B + Sync + Send),
+) {
+    let (na, nb) = (space.shape[k - 2], space.shape[k - 1]);
+    let (sa, sb) = (space.strides[0][k - 2], space.strides[0][k - 1]);
+    // each inner element's offset from its block's first, in row-major order
+    let inner_space = Space::new(&space.shape[k..], [&space.strides[0][k..]]);
+    let inner: usize = space.shape[k..].iter().product();
+    let mut offs = Vec::with_capacity(inner);
+    inner_space.runs([0], 0..inner, |_, [o], len| {
+        let [st] = inner_space.inner_strides();
+        offs.extend((0..len).map(|i| o + i as isize * st));
+    });
+    let row = nb * inner; // output elements of one index of dim k-2
+    let rows_per_chunk = (grain / row).max(1).next_multiple_of(BLOCK_TILE);
+    for_chunks(out, rows_per_chunk * row, |start, chunk| {
+        let (row0, nrows) = (start / row, chunk.len() / row);
+        let mut r = 0;
+        while r < nrows {
+            // rows r.. of this chunk, within one index of the dims before k-2
+            let a0 = (row0 + r) % na;
+            let ta = BLOCK_TILE.min(na - a0).min(nrows - r);
+            let [first] = space.offsets_at([base], (row0 + r) * row);
+            for b0 in (0..nb).step_by(BLOCK_TILE) {
+                let tb = BLOCK_TILE.min(nb - b0);
+                for i in 0..ta {
+                    let src_a = first + i as isize * sa;
+                    let dst = &mut chunk[(r + i) * row + b0 * inner..][..tb * inner];
+                    for (j, block) in dst.chunks_exact_mut(inner).enumerate() {
+                        let at = src_a + (b0 + j) as isize * sb;
+                        for (o, &io) in block.iter_mut().zip(&offs) {
+                            o.write(f(data[(at + io) as usize]));
+                        }
+                    }
+                }
+            }
+            r += ta;
         }
     })
 }
