@@ -131,6 +131,15 @@ def test_conv_transpose_noncontiguous_input():
 @pytest.mark.parametrize("n,c,o,groups,size,ksize,opts", [
     FORWARD[1], FORWARD[4], FORWARD[5], FORWARD[12],
     (2, 3, 4, 1, (8, 7), (3, 3), dict(stride=2, padding=1)),  # uneven: input rows unused
+    # 16 groups or more of one output channel: vectorised across the groups (forward, input
+    # gradient and weight gradient)
+    (3, 24, 24, 24, (9, 8), (3, 3), dict(stride=2, padding=1)),
+    (2, 16, 16, 16, (11,), (3,), dict(dilation=2, padding=2)),
+    # weight gradients with fewer positions than taps, or a batch above the channels: one
+    # GEMM over every output position
+    (4, 40, 24, 1, (2, 2), (1, 1), dict()),
+    (2, 20, 18, 1, (2, 2), (3, 3), dict(padding=1)),
+    (3, 12, 10, 2, (6, 5), (3, 3), dict(stride=2, padding=1)),
 ])
 def test_conv_backward(n, c, o, groups, size, ksize, opts):
     x, w, b = _conv_args(n, c, o, groups, size, ksize, True, grad=True)

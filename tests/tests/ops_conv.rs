@@ -76,6 +76,53 @@ const CASES: &[(&str, &[usize], &[usize])] = &[
         &[1, 1, 1, 1],
         &[1, 1, 1, 1],
     ),
+    // one output channel a group, 16 groups or more: vectorised across the groups
+    (
+        "convolution {stride = [2, 2], padding = [2, 1], groups = 17}",
+        &[2, 17, 7, 6],
+        &[17, 1, 5, 3],
+    ),
+    (
+        "convolution {stride = [1, 1], padding = [1, 1], dilation = [2, 2], groups = 16}",
+        &[1, 64, 6, 5],
+        &[16, 4, 3, 3],
+    ),
+    (
+        "convolution {stride = [3], padding = [2], groups = 18}",
+        &[3, 18, 10],
+        &[18, 1, 4],
+    ),
+    (
+        "convolution {stride = [2, 2], padding = [1, 2], transposed = true, output_padding = [1, 0], groups = 17}",
+        &[2, 17, 4, 3],
+        &[17, 1, 3, 5],
+    ),
+    // fewer output positions than taps (the weight gradient's shape): a GEMM a position
+    (
+        "convolution {stride = [1, 1]}",
+        &[5, 4, 2, 3],
+        &[6, 4, 2, 3],
+    ),
+    (
+        "convolution {stride = [1, 1], padding = [1, 1]}",
+        &[6, 3, 4, 5],
+        &[4, 3, 4, 5],
+    ),
+    (
+        "convolution {stride = [2, 1], padding = [1, 1], dilation = [2, 2], groups = 2}",
+        &[3, 4, 9, 8],
+        &[6, 2, 4, 4],
+    ),
+    (
+        "convolution {stride = [1, 1], padding = [1, 0]}",
+        &[1, 2, 3, 3],
+        &[3, 2, 5, 3],
+    ),
+    (
+        "convolution {stride = [1, 1], padding = [1, 1]}",
+        &[7, 2, 3, 3],
+        &[3, 2, 2, 2],
+    ),
 ];
 
 #[test]
@@ -109,10 +156,10 @@ fn compiled_matches_eager_and_the_interpreter() {
         let interp = compile_with(&f, CompileOptions::default().backend(Backend::Interp));
         let channels = if text.contains("transposed = true") {
             ws[1]
-                * text
-                    .split("groups = ")
-                    .nth(1)
-                    .map_or(1, |g| g[..1].parse().unwrap())
+                * text.split("groups = ").nth(1).map_or(1, |g| {
+                    let digits = g.find(|c: char| !c.is_ascii_digit()).unwrap_or(g.len());
+                    g[..digits].parse().unwrap()
+                })
         } else {
             ws[0]
         };

@@ -5,9 +5,13 @@
 //! multiplies the weight's transpose by the input and adds the columns back to the positions
 //! they reach (col2im). Depthwise convolutions (one input channel a group) skip the GEMM,
 //! whose one-row products would waste it, and sum the taps directly. Items run in parallel
-//! on the kernel pool; f16/bf16 compute in f32 and round once.
+//! on the kernel pool; f16/bf16 compute in f32 and round once. Two shapes take their own
+//! paths first: one output channel a group over 16 groups or more (`conv_by_channel`:
+//! vectors across the groups) and fewer output positions than taps, the weight gradient's
+//! shape (`conv_few_outputs`: one GEMM over every position and batch item).
 
 use super::matmul::{gemm_into, GemmT, MatRef};
+use super::{conv_by_channel, conv_few_outputs};
 use crate::error::RuntimeError;
 use crate::pool;
 use crate::storage::Storage;
@@ -26,7 +30,7 @@ const PAR_FLOPS: usize = 1 << 17;
 /// backend, inference, by threshold: never 12.5 ms, 16: 9.1, 32: 7.7-7.9, 64: 7.8, 128:
 /// 8.2, 1024: 9.5 (its 3×3 convolutions at 2×2 outputs went from 1.24 to 0.58 ms with a
 /// GEMM over the batch, and at 16×16 outputs from 0.26 to 0.50 ms).
-const BATCHED_BELOW: usize = 64;
+pub(super) const BATCHED_BELOW: usize = 64;
 
 /// For each kernel tap `k` and each position `q` of the side the taps are enumerated over
 /// (output positions of a forward convolution, input positions of a transposed one), the
@@ -37,10 +41,10 @@ const BATCHED_BELOW: usize = 64;
 /// first 7×7 depthwise convolution at batch 4 and 64×64 images: 1.43 ms a call looked up
 /// position by position, measured while a build shared the machine; 0.33 ms by runs, on a
 /// quiet one).
-struct TapMap {
+pub(super) struct TapMap {
     taps: usize,
     /// How far a run's index moves from one position to the next.
-    step: isize,
+    pub(super) step: isize,
     /// Every tap's runs, tap `t`'s at `runs[run_start[t]..run_start[t + 1]]`.
     runs: Vec<Run>,
     run_start: Vec<usize>,
@@ -48,14 +52,19 @@ struct TapMap {
 
 /// `len` consecutive positions from `at` whose indices are `from`, `from + step`, ...
 #[derive(Clone, Copy)]
-struct Run {
+pub(super) struct Run {
     at: usize,
-    from: isize,
-    len: usize,
+    pub(super) from: isize,
+    pub(super) len: usize,
 }
 
 impl TapMap {
-    fn new(g: &ConvGeometry<'_>, from: &[usize], kernel: &[usize], to: &[usize]) -> TapMap {
+    pub(super) fn new(
+        g: &ConvGeometry<'_>,
+        from: &[usize],
+        kernel: &[usize],
+        to: &[usize],
+    ) -> TapMap {
         let taps: usize = kernel.iter().product();
         let positions: usize = from.iter().product();
         let rank = from.len();
@@ -120,7 +129,7 @@ impl TapMap {
     }
 
     /// Tap `tap`'s runs.
-    fn runs(&self, tap: usize) -> &[Run] {
+    pub(super) fn runs(&self, tap: usize) -> &[Run] {
         &self.runs[self.run_start[tap]..self.run_start[tap + 1]]
     }
 
@@ -129,7 +138,7 @@ impl TapMap {
     ///
     /// # Safety
     /// `src` valid for reads at every index of the map; `dst` holds every position.
-    unsafe fn gather<T: Copy>(&self, tap: usize, src: *const T, dst: &mut [T]) {
+    pub(super) unsafe fn gather<T: Copy>(&self, tap: usize, src: *const T, dst: &mut [T]) {
         for r in self.runs(tap) {
             let out = &mut dst[r.at..r.at + r.len];
             if self.step == 1 {
@@ -187,7 +196,7 @@ impl TapMap {
 }
 
 /// The next multi-index of `shape` in row-major order (wrapping to zeros at the end).
-fn advance(at: &mut [usize], shape: &[usize]) {
+pub(super) fn advance(at: &mut [usize], shape: &[usize]) {
     for d in (0..shape.len()).rev() {
         at[d] += 1;
         if at[d] < shape[d] {
@@ -223,21 +232,21 @@ pub(crate) fn convolution(
 }
 
 /// Sizes of one convolution call.
-struct Dims {
-    batch: usize,
+pub(super) struct Dims {
+    pub(super) batch: usize,
     /// input channels of a group
-    cin: usize,
+    pub(super) cin: usize,
     /// output channels of a group
-    cout: usize,
+    pub(super) cout: usize,
     /// input positions
-    space_in: usize,
+    pub(super) space_in: usize,
     /// output positions
-    space_out: usize,
-    taps: usize,
+    pub(super) space_out: usize,
+    pub(super) taps: usize,
 }
 
 #[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
+pub(super) struct SendPtr<T>(pub(super) *mut T);
 // SAFETY: every parallel chunk writes a disjoint part of the output; the pointer outlives
 // the parallel region.
 unsafe impl<T> Send for SendPtr<T> {}
@@ -246,7 +255,7 @@ unsafe impl<T> Sync for SendPtr<T> {}
 
 impl<T> SendPtr<T> {
     /// The pointer (a method, so closures capture the wrapper, not the raw field).
-    fn get(self) -> *mut T {
+    pub(super) fn get(self) -> *mut T {
         self.0
     }
 }
@@ -268,19 +277,27 @@ fn conv_float<T: GemmT>(
         taps: ks.iter().product(),
     };
     let numel: usize = out_shape.iter().product();
-    let storage = Storage::zeros(T::DTYPE, numel);
     let macs = d.batch * groups * d.cin * d.cout * d.taps * d.space_in.max(d.space_out);
+    let threads = if macs >= PAR_FLOPS {
+        pool::threads()
+    } else {
+        1
+    };
+    if numel > 0 && conv_by_channel::applies(g, &d) {
+        let y = conv_by_channel::convolve::<T>(g, &d, (xs, ks, ys), x, w, threads);
+        return y.view_unchecked(out_shape, &crate::tensor::contiguous_strides(out_shape), 0);
+    }
+    if numel > 0 && d.cin > 0 && conv_few_outputs::applies(g, &d) {
+        let y = conv_few_outputs::convolve::<T>(g, &d, (xs, ks, ys), x, w, threads);
+        return y.view_unchecked(out_shape, &crate::tensor::contiguous_strides(out_shape), 0);
+    }
+    let storage = Storage::zeros(T::DTYPE, numel);
     if numel > 0 && d.cin > 0 {
         let (gx, gw) = (x.storage().guard(), w.storage().guard());
         let xp = SendPtr(gx.slice::<T>()[x.offset()..].as_ptr() as *mut T);
         let wp = SendPtr(gw.slice::<T>()[w.offset()..].as_ptr() as *mut T);
         let yp = SendPtr(storage.elements_ptr() as *mut T);
         let items = d.batch * groups;
-        let threads = if macs >= PAR_FLOPS {
-            pool::threads()
-        } else {
-            1
-        };
         let inner = if items < threads {
             Parallelism::Rayon(0)
         } else {

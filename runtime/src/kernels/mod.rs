@@ -1,6 +1,8 @@
 //! The eager kernels, one file per family.
 
 pub(crate) mod conv;
+mod conv_by_channel;
+mod conv_few_outputs;
 pub(crate) mod create;
 pub(crate) mod few_rows;
 pub(crate) mod inplace;
