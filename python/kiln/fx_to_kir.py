@@ -1231,7 +1231,9 @@ def _batch_norm(b: _Builder, a: dict, out: Out) -> tuple:
         return (y, empty, empty) if len(out) == 3 else (y, empty, empty, rm, rv)
     dims = [0] + list(range(2, x.rank))
     xs = b.cast(x, stats)
-    mean = b.reduce("mean", xs, dims, False)
+    # the mean kept as var's own is (`[1, C, 1, ...]`), so that both share one sum
+    channels = (_static_size(x, 1),)
+    mean = b.reshape(b.reduce("mean", xs, dims, True), channels)
     var = b.var(xs, dims, 0, False)
     rstd = b.unary("rsqrt", b.add(var, eps))
     y = _normalize(b, x, mean, rstd, w, bias)

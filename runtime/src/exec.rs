@@ -6,7 +6,7 @@ use crate::error::RuntimeError;
 use crate::kernels::{conv, create, inplace, layout, matmul, norm, pointwise, reduce};
 use crate::tensor::CpuTensor;
 use kiln_ir::shape::normalize_dim;
-use kiln_ir::{infer, result_type, ArgType, InplaceOp, Op, Scalar};
+use kiln_ir::{infer, result_type, ArgType, DType, InplaceOp, Op, Scalar};
 use smallvec::SmallVec;
 
 /// One operand of an eager op: a tensor or a scalar literal.
@@ -157,6 +157,12 @@ pub fn execute(op: &Op, args: &[EagerArg<'_>]) -> Result<CpuTensor, RuntimeError
             op: r, dims, dtype, ..
         } => {
             let x = tensor(0)?;
+            let red = reduce::reduced_dims(dims, x.rank());
+            if *dtype == Some(DType::F64) {
+                if let Some(y) = reduce::sum_to_f64(*r, x, &red, &shape) {
+                    return Ok(y);
+                }
+            }
             // torch's `dtype=`: the operand converted first
             let x = match dtype {
                 Some(d) => &x.to_dtype(*d),

@@ -73,6 +73,51 @@ fn reductions_over_dims_with_keepdim() {
     }
 }
 
+/// Reduced dims on both sides of a kept one (a batch norm's per-channel statistics over
+/// [N, C, H, W], read in place slab by slab), and sums given in f64 from narrower floats
+/// (accumulated from the operand as it is), in every layout.
+#[test]
+fn reductions_around_a_kept_dim_and_f64_sums_of_narrow_floats() {
+    let mut seed = 9000;
+    for shape in [
+        &[4usize, 6, 5, 7][..],
+        &[3, 17, 1, 33],
+        &[2, 1, 3, 4],
+        &[5, 2, 3],
+    ] {
+        let dims: Vec<i64> = (0..shape.len() as i64).filter(|&d| d != 1).collect();
+        for op in ReduceOp::ALL {
+            for (dtype, sum_dtype) in [
+                (DType::F32, None),
+                (DType::F32, Some(DType::F64)),
+                (DType::F16, Some(DType::F64)),
+                (DType::BF16, Some(DType::F64)),
+                (DType::F64, Some(DType::F64)),
+            ] {
+                if sum_dtype.is_some() && !matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
+                    continue;
+                }
+                for keepdim in [false, true] {
+                    for layout in [Layout::Contiguous, Layout::Transposed, Layout::Strided] {
+                        seed += 1;
+                        let x = make(shape, dtype, seed, Dist::Normal, layout);
+                        let out = assert_op(
+                            &Op::Reduce {
+                                op,
+                                dims: dims.clone(),
+                                keepdim,
+                                dtype: sum_dtype,
+                            },
+                            &[TestArg::T(x)],
+                        );
+                        assert_eq!(out.dtype(), sum_dtype.unwrap_or(dtype), "{op:?} {shape:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn sum_of_integers_is_i64() {
     let x = make(&[4, 5], DType::I32, 3, Dist::Normal, Layout::Contiguous);

@@ -11,9 +11,13 @@ use crate::tensor::CpuTensor;
 use kiln_ir::ReduceOp;
 use std::mem::MaybeUninit;
 
-/// A contiguous input viewed as [outer, red, inner].
+/// A contiguous input viewed as [outer, red, inner], or (for reductions that merge
+/// pieces, `split` plans) as [outer_red, outer, red] with both `outer_red` and `red` reduced
+/// (`inner` 1): the per-channel sums of a batch norm over [N, C, H, W], read in place where
+/// a permuted copy would move the whole input first.
 struct Plan {
     x: CpuTensor,
+    outer_red: usize,
     outer: usize,
     red: usize,
     inner: usize,
@@ -34,7 +38,7 @@ pub(crate) fn reduced_dims(dims: &[i64], rank: usize) -> Vec<usize> {
     v
 }
 
-fn plan(x: &CpuTensor, dims: &[usize]) -> Plan {
+fn plan(x: &CpuTensor, dims: &[usize], split: bool) -> Plan {
     let x = x.contiguous();
     let mut groups: Vec<(bool, usize)> = Vec::new();
     for (i, &n) in x.shape().iter().enumerate() {
@@ -54,6 +58,15 @@ fn plan(x: &CpuTensor, dims: &[usize]) -> Plan {
         [(false, k), (true, r)] => (*k, *r, 1),
         [(true, r), (false, k)] => (1, *r, *k),
         [(false, k), (true, r), (false, k2)] => (*k, *r, *k2),
+        [(true, r0), (false, k), (true, r)] if split => {
+            return Plan {
+                x,
+                outer_red: *r0,
+                outer: *k,
+                red: *r,
+                inner: 1,
+            }
+        }
         _ => {
             // Non-adjacent reduced dims: move them last and copy.
             let mut perm: Vec<usize> = (0..x.rank()).filter(|d| !dims.contains(d)).collect();
@@ -66,6 +79,7 @@ fn plan(x: &CpuTensor, dims: &[usize]) -> Plan {
             let red = dims.iter().map(|&d| x.shape()[d]).product();
             return Plan {
                 x: p,
+                outer_red: 1,
                 outer,
                 red,
                 inner: 1,
@@ -74,6 +88,7 @@ fn plan(x: &CpuTensor, dims: &[usize]) -> Plan {
     };
     Plan {
         x,
+        outer_red: 1,
         outer,
         red,
         inner,
@@ -87,7 +102,7 @@ fn drive<O: Element>(
     row: impl Fn(usize) -> O + Sync + Send,
     cols: impl Fn(usize, usize, &mut [MaybeUninit<O>]) + Sync + Send,
 ) -> Storage {
-    let (inner, red) = (p.inner, p.red.max(1));
+    let (inner, red) = (p.inner, (p.outer_red * p.red).max(1));
     Storage::build::<O>(p.outer * inner, |out| {
         if inner == 1 {
             for_chunks(out, (GRAIN_CHEAP / red).max(1), |start, chunk| {
@@ -142,9 +157,23 @@ fn row_acc<T: Copy, R: Reducer<T>>(r: &R, row: &[T]) -> R::A {
 
 fn run<T: Element, R: Reducer<T>>(p: &Plan, r: &R) -> Storage {
     let g = p.x.storage().guard();
-    let n = p.outer * p.red * p.inner;
+    let n = p.outer_red * p.outer * p.red * p.inner;
     let data = &g.slice::<T>()[p.x.offset()..][..n];
     let (red, inner) = (p.red, p.inner);
+    if p.outer_red > 1 {
+        // [outer_red, outer, red]: output o merges its row in each outer_red slab
+        let (slabs, stride) = (p.outer_red, p.outer * red);
+        return drive(
+            p,
+            |o| {
+                let a = (0..slabs).fold(r.init(), |a, s| {
+                    r.merge(a, row_acc(r, &data[s * stride + o * red..][..red]))
+                });
+                r.finish(a, slabs * red)
+            },
+            |_, _, _| unreachable!("a split plan has inner 1"),
+        );
+    }
     if inner == 1 && p.outer < crate::pool::threads() && red >= 2 * GRAIN_CHEAP {
         // Few long rows: split each row over the pool and merge the pieces in order.
         return Storage::build::<R::O>(p.outer, |out| {
@@ -190,14 +219,15 @@ fn run<T: Element, R: Reducer<T>>(p: &Plan, r: &R) -> Storage {
     )
 }
 
-/// Float sums (and means) accumulate in f64.
-struct FloatSum<T> {
+/// Float sums (and means) accumulate in f64, giving `O` (the input's dtype, or f64 for
+/// torch's `dtype=torch.float64`: the same sums as over a converted copy, without the copy).
+struct FloatSum<T, O = T> {
     mean: bool,
-    _t: std::marker::PhantomData<T>,
+    _t: std::marker::PhantomData<(T, O)>,
 }
-impl<T: Kern> Reducer<T> for FloatSum<T> {
+impl<T: Kern, O: Kern> Reducer<T> for FloatSum<T, O> {
     type A = f64;
-    type O = T;
+    type O = O;
     fn init(&self) -> f64 {
         0.0
     }
@@ -208,8 +238,8 @@ impl<T: Kern> Reducer<T> for FloatSum<T> {
     fn merge(&self, a: f64, b: f64) -> f64 {
         a + b
     }
-    fn finish(&self, a: f64, count: usize) -> T {
-        T::from_f64(if self.mean { a / count as f64 } else { a })
+    fn finish(&self, a: f64, count: usize) -> O {
+        O::from_f64(if self.mean { a / count as f64 } else { a })
     }
 }
 
@@ -268,7 +298,7 @@ pub(crate) fn reduce(
     dims: &[usize],
     out_shape: &[usize],
 ) -> CpuTensor {
-    let p = plan(x, dims);
+    let p = plan(x, dims, true);
     let s = match op {
         ReduceOp::Sum | ReduceOp::Mean => match x.dtype() {
             d if d.is_float() => {
@@ -283,6 +313,27 @@ pub(crate) fn reduce(
     CpuTensor::from_storage(s, out_shape)
 }
 
+/// A float sum or mean over `dims` of `x` given in f64 (torch's `dtype=torch.float64` on a
+/// narrower float), or `None` where the operand must be converted first.
+pub(crate) fn sum_to_f64(
+    op: ReduceOp,
+    x: &CpuTensor,
+    dims: &[usize],
+    out_shape: &[usize],
+) -> Option<CpuTensor> {
+    let mean = match op {
+        ReduceOp::Sum => false,
+        ReduceOp::Mean => true,
+        ReduceOp::Max | ReduceOp::Min => return None,
+    };
+    if !x.dtype().is_float() || x.dtype() == kiln_ir::DType::F64 {
+        return None;
+    }
+    let p = plan(x, dims, true);
+    let s = with_float!(x.dtype(), T => run::<T, _>(&p, &FloatSum::<T, f64> { mean, _t: std::marker::PhantomData }), _ => return None);
+    Some(CpuTensor::from_storage(s, out_shape))
+}
+
 /// Variance over `dims` with `correction` (two passes in f64: mean, then squared deviations).
 pub(crate) fn var(
     x: &CpuTensor,
@@ -290,7 +341,7 @@ pub(crate) fn var(
     correction: i64,
     out_shape: &[usize],
 ) -> CpuTensor {
-    let p = plan(x, dims);
+    let p = plan(x, dims, false);
     let s = with_float!(x.dtype(), T => var_typed::<T>(&p, correction), _ => unreachable!("var needs floats"));
     CpuTensor::from_storage(s, out_shape)
 }
@@ -358,7 +409,7 @@ fn var_typed<T: Kern>(p: &Plan, correction: i64) -> Storage {
 /// Index of the first maximum along dim `d` (NaN counts as the maximum), as i64.
 pub(crate) fn argmax(x: &CpuTensor, d: Option<usize>, out_shape: &[usize]) -> CpuTensor {
     let dims: Vec<usize> = d.into_iter().collect();
-    let p = plan(x, &dims);
+    let p = plan(x, &dims, false);
     let s = with_dtype!(x.dtype(), T => argmax_typed::<T>(&p));
     CpuTensor::from_storage(s, out_shape)
 }
