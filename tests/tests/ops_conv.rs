@@ -284,6 +284,30 @@ fn compiled_gradients_match_eager_gradients() {
     }
 }
 
+/// A weight-gradient-shaped convolution whose stacked columns pass the runtime's cap (4M
+/// elements), so that its three output positions run as GEMMs of two and then one: the last,
+/// shorter one must lay its result out as the others do (it picked the other operand order
+/// once, 12 output channels against 8 rows, and scrambled the result).
+#[test]
+fn few_output_convolutions_over_the_column_cap_match_the_interpreter() {
+    let op = parse_op("convolution {stride = [1, 1]}").unwrap();
+    let x = make(
+        &[8, 2, 300, 334],
+        DType::F32,
+        71,
+        Dist::Normal,
+        Layout::Contiguous,
+    );
+    let w = make(
+        &[12, 2, 298, 334],
+        DType::F32,
+        72,
+        Dist::Normal,
+        Layout::Contiguous,
+    );
+    assert_op(&op, &[TestArg::T(x), TestArg::T(w)]);
+}
+
 #[test]
 fn shapes_that_do_not_fit_are_typed_errors() {
     let op = parse_op("convolution {stride = [1, 1], groups = 2}").unwrap();

@@ -68,7 +68,9 @@ pub(super) fn convolve<T: GemmT>(
     } else {
         vec![T::default(); block * batch * width]
     };
-    // [G, Q, B, cout]
+    // the longer side as the rows of every GEMM, decided once for the layout of tmp:
+    // [G, cout, Q, B] when the weight is the left operand, else [G, Q, B, cout]
+    let weight_left = cout > block * batch;
     let tmp = Storage::zeros(T::DTYPE, groups * outputs * batch * cout);
     let tp = tmp.elements_ptr() as *mut T;
     let (gx, gw) = (x.storage().guard(), w.storage().guard());
@@ -105,8 +107,8 @@ pub(super) fn convolve<T: GemmT>(
                     }
                 };
                 let rows = qn * batch;
-                if cout > rows {
-                    // [cout, rows] = w [cout, width] @ colsᵀ: the longer side as the rows
+                if weight_left {
+                    // [cout, rows] = w [cout, width] @ colsᵀ
                     let weight = MatRef {
                         ptr: wp.add(grp * cout * width),
                         rs: width as isize,
@@ -144,7 +146,7 @@ pub(super) fn convolve<T: GemmT>(
     // y[b, grp·cout + o, q] = tmp[grp, q, b, o], or tmp[grp, o, q, b] for the transposed
     // product
     let (qi, bi, ci) = (outputs as isize, batch as isize, cout as isize);
-    let strides = if cout > block * batch {
+    let strides = if weight_left {
         [1, ci * qi * bi, qi * bi, bi]
     } else {
         [ci, qi * bi * ci, 1, bi * ci]
