@@ -197,26 +197,75 @@ fn run<T: Element, R: Reducer<T>>(p: &Plan, r: &R) -> Storage {
         |o, j0, out| {
             let len = out.len();
             let mut acc = vec![r.init(); len];
-            let row = |rr: usize| &data[(o * red + rr) * inner + j0..][..len];
-            // four reduced indices a pass: a quarter of the accumulator loads and stores
-            let mut rr = 0;
-            while rr + 4 <= red {
-                let (x0, x1, x2, x3) = (row(rr), row(rr + 1), row(rr + 2), row(rr + 3));
-                for j in 0..len {
-                    acc[j] = r.step(r.step(r.step(r.step(acc[j], x0[j]), x1[j]), x2[j]), x3[j]);
-                }
-                rr += 4;
-            }
-            for rr in rr..red {
-                for (a, &v) in acc.iter_mut().zip(row(rr)) {
-                    *a = r.step(*a, v);
-                }
-            }
+            let rows = &data[o * red * inner..][..red * inner];
+            accumulate_columns(r, &mut acc, rows, inner, j0);
             for (slot, &a) in out.iter_mut().zip(&acc) {
                 slot.write(r.finish(a, red));
             }
         },
     )
+}
+
+/// Folds columns `j0..j0 + acc.len()` of the `[rows.len() / inner, inner]` block `rows` into
+/// `acc`, row by row (the order of one accumulator a column). The loop is the hot one of a
+/// reduction over an outer dim (a bias gradient's sum over the batch); where the CPU has
+/// AVX2 it is compiled for it, so that the conversions and adds of a float sum run eight
+/// lanes wide, not two.
+fn accumulate_columns<T: Copy, R: Reducer<T>>(
+    r: &R,
+    acc: &mut [R::A],
+    rows: &[T],
+    inner: usize,
+    j0: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if super::few_rows::has_avx2_fma() {
+        // SAFETY: the CPU has AVX2 (checked above).
+        return unsafe { accumulate_columns_avx2(r, acc, rows, inner, j0) };
+    }
+    accumulate_columns_portable(r, acc, rows, inner, j0)
+}
+
+/// [`accumulate_columns`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn accumulate_columns_avx2<T: Copy, R: Reducer<T>>(
+    r: &R,
+    acc: &mut [R::A],
+    rows: &[T],
+    inner: usize,
+    j0: usize,
+) {
+    accumulate_columns_portable(r, acc, rows, inner, j0)
+}
+
+#[inline(always)]
+fn accumulate_columns_portable<T: Copy, R: Reducer<T>>(
+    r: &R,
+    acc: &mut [R::A],
+    rows: &[T],
+    inner: usize,
+    j0: usize,
+) {
+    let (len, red) = (acc.len(), rows.len() / inner);
+    let row = |rr: usize| &rows[rr * inner + j0..][..len];
+    // four reduced indices a pass: a quarter of the accumulator loads and stores
+    let mut rr = 0;
+    while rr + 4 <= red {
+        let (x0, x1, x2, x3) = (row(rr), row(rr + 1), row(rr + 2), row(rr + 3));
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = r.step(r.step(r.step(r.step(*a, x0[j]), x1[j]), x2[j]), x3[j]);
+        }
+        rr += 4;
+    }
+    for rr in rr..red {
+        for (a, &v) in acc.iter_mut().zip(row(rr)) {
+            *a = r.step(*a, v);
+        }
+    }
 }
 
 /// Float sums (and means) accumulate in f64, giving `O` (the input's dtype, or f64 for
