@@ -2738,6 +2738,24 @@ fn reduction_chains(fusion: bool) {
             Tol::Reduce,
             &xs,
         );
+        // column reductions with one full-size op before them and ops on their result after
+        // (a position embedding's gradient: a sum over the batch, masked by a `where`), which
+        // run op by op on the runtime's column reduction
+        check(
+            &mut r,
+            &format!("column reductions with a prologue and an epilogue {shape:?}"),
+            |x: &[Tensor]| {
+                let keep = x[1].gt(1.0)?;
+                Ok(vec![
+                    keep.where_(0.0, &x[0].sum(&[0], false)?)?.mul(0.5)?,
+                    x[0].mul(&x[3])?.sum(&[0], true)?.add(&x[2])?,
+                    x[0].abs()?.max(&[0], false)?.sqrt()?,
+                    x[0].mul(-1.5)?.min(&[0], true)?.exp()?,
+                ])
+            },
+            Tol::Reduce,
+            &xs,
+        );
         check(
             &mut r,
             &format!("a row value shared by several consumers {shape:?}"),

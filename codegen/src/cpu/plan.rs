@@ -188,22 +188,28 @@ impl fmt::Debug for CpuPlan {
     }
 }
 
-/// Why a kernel of one lone sum, max or min of an f32 value over dims that some kept dim
-/// follows (a column reduction: a bias gradient's sum over the batch rows) runs on the
-/// runtime's reduction, or `None` for any other kernel. A loop nest folds its inner loop, so
-/// it would walk each column down the rows with scalar loads (a [256, 512] sum over dim 0:
-/// 175 us, its 2 KiB stride mapping every row onto the same few cache sets); the runtime
-/// reads the input in place row by row, whole columns of accumulators at a time (vectorised,
-/// in f64: the eager sum's own results).
+/// Why a kernel around one sum, max or min of an f32 value over dims that some kept dim
+/// follows (a column reduction: a bias gradient's sum over the batch rows) runs op by op on
+/// the runtime, or `None` for any other kernel. A loop nest folds its inner loop, so it walks
+/// each column down the rows with scalar loads (a lone [256, 512] sum over dim 0: 175 us, its
+/// 2 KiB stride mapping every row onto the same few cache sets; a sum of [4, 64, 128] over
+/// dim 0 and a `where` on it, a position embedding's gradient: 86 us); the runtime reads the
+/// input in place row by row, whole columns of accumulators at a time (vectorised, in f64:
+/// the eager sum's own results), 5 to 20 us. The kernel's other ops must be cheap op by op:
+/// each makes a value of the reduction's result shape (a `where`, a mean's division), except
+/// at most one of the input's full shape (the product a sum takes), which costs one more
+/// pass over the data.
 fn column_reduction(body: &Graph) -> Option<String> {
     let mut reduce = None;
     for (_, n) in body.nodes() {
-        match &n.op {
-            Op::Input => {}
-            Op::Reduce {
-                op, dims, dtype, ..
-            } if reduce.is_none() && dtype.is_none() => reduce = Some((*op, dims, n)),
-            _ => return None,
+        if let Op::Reduce {
+            op, dims, dtype, ..
+        } = &n.op
+        {
+            if reduce.is_some() || dtype.is_some() {
+                return None;
+            }
+            reduce = Some((*op, dims, n));
         }
     }
     let (op, dims, n) = reduce?;
@@ -213,6 +219,19 @@ fn column_reduction(body: &Graph) -> Option<String> {
     let x = &body.node(*x).ty;
     if x.dtype != DType::F32 || !matches!(op, ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min) {
         return None;
+    }
+    let mut full = 0;
+    for (_, m) in body.nodes() {
+        if matches!(m.op, Op::Input | Op::Reduce { .. }) {
+            continue;
+        }
+        if m.ty.shape == n.ty.shape {
+            continue;
+        }
+        if m.ty.shape != x.shape || full == 1 {
+            return None;
+        }
+        full += 1;
     }
     let rank = x.shape.rank();
     let reduced: Vec<bool> = (0..rank)
@@ -855,11 +874,12 @@ mod column_tests {
             .collect()
     }
 
-    /// A lone f32 sum, max or min over dims some kept dim follows (ignoring size-1 dims) runs
-    /// on the runtime's column reduction; over trailing dims or fused with other ops it stays
-    /// a loop nest, and another dtype keeps the path it had (f64 runs eagerly op by op).
+    /// An f32 sum, max or min over dims some kept dim follows (ignoring size-1 dims) runs on
+    /// the runtime's column reduction, alone or with ops on its result and at most one op of
+    /// its input's shape; over trailing dims or with more full-size ops it stays a loop nest,
+    /// and another dtype keeps the path it had (f64 runs eagerly op by op).
     #[test]
-    fn lone_reductions_over_outer_dims_run_on_the_runtime() {
+    fn reductions_over_outer_dims_run_on_the_runtime() {
         let one = |ty: &str, out: &str, op: &str, dims: &str| {
             format!(
                 "graph @g(%x: {ty}) -> {out} {{\n  \
@@ -888,10 +908,22 @@ mod column_tests {
                 ["eager"]
             );
         }
-        let fused = "graph @g(%x: f32[256,512]) -> f32[512] {\n  \
-                     %0 = mul %x, 2.0 : f32[256,512]\n  \
-                     %1 = sum %0 {dims = [0], keepdim = false} : f32[512]\n  \
-                     return %1\n}\n";
-        assert_eq!(kinds(fused), ["nest"]);
+        let around = |pre: &str, post: &str| {
+            format!(
+                "graph @g(%x: f32[4,64,128], %m: bool[1,64,1]) -> f32[1,64,128] {{\n  \
+                 %0 = mul %x, 2.0 : f32[4,64,128]\n  \
+                 %1 = add %0, %x : f32[4,64,128]\n  \
+                 %2 = sum {pre} {{dims = [0], keepdim = true}} : f32[1,64,128]\n  \
+                 %3 = where %m, 0.0, %2 : f32[1,64,128]\n  \
+                 %4 = mul {post}, 0.5 : f32[1,64,128]\n  \
+                 return %4\n}}\n"
+            )
+        };
+        // a position embedding's gradient: a sum over the batch, then a where and a scale
+        assert_eq!(kinds(&around("%x", "%3")), ["column"]);
+        // one full-size op before the sum (dead code aside)
+        assert_eq!(kinds(&around("%0", "%3")), ["column"]);
+        // two: each would be a pass of its own
+        assert_eq!(kinds(&around("%1", "%3")), ["nest"]);
     }
 }

@@ -1,7 +1,8 @@
 //! Row kernels stepping several rows together (`Spec::row_group` > 1) give the same bits
 //! as one row at a time: each row keeps its own accumulators and order, so grouping must
 //! change nothing but the speed. Checked on layer norm, softmax, sum of squares and a
-//! variance and a column sum (a reduction over the outer dim, as a bias gradient's), at row
+//! variance and a column sum (a reduction over the outer dim, as a bias gradient's, after two
+//! full-size ops: a lone one runs on the runtime's column reduction, not a nest), at row
 //! counts that leave a remainder after the groups, on row ranges that start
 //! mid-group (as a split across threads does), and on transposed (strided) inputs.
 
@@ -32,7 +33,9 @@ graph @variance(%x: f32[R,C]) -> f32[R,1] {
   return %0
 }
 graph @column_sum(%x: f32[C,R], %m: f32[R]) -> (f32[R], f32[R]) {
-  %0 = sum %x {dims = [0], keepdim = false} : f32[R]
+  %a = mul %x, %x : f32[C,R]
+  %b = add %a, %x : f32[C,R]
+  %0 = sum %b {dims = [0], keepdim = false} : f32[R]
   %1 = sub %0, %m : f32[R]
   %2 = mul %0, %0 : f32[R]
   return %1, %2
