@@ -69,3 +69,10 @@ pub(crate) fn forget_pinned(key: u64) {
 pub(crate) fn pack_cache_bytes() -> usize {
     kiln_runtime::pack_cache_bytes()
 }
+
+/// The bytes of the storage `spec` describes (its address, and its element count times the
+/// dtype's size): an output starting in them is that input's memory.
+pub(crate) fn memory(spec: &InputSpec) -> PyResult<std::ops::Range<usize>> {
+    let dtype = DType::from_str(&spec.1).map_err(crate::to_py)?;
+    Ok(spec.0..spec.0 + spec.5 * dtype.size_bytes())
+}

@@ -288,26 +288,73 @@ NATIVE_PERMUTED = """graph @p(%x: f32[37,70,4,4]) -> (f32[70,37,3,3], f32[37,70,
 }"""
 
 
+def _spec(x):
+    return (x.untyped_storage().data_ptr(), "f32", list(x.shape), list(x.stride()),
+            x.storage_offset(), x.untyped_storage().nbytes() // 4, x, None)
+
+
 @pytest.mark.parametrize("backend", ["cpu", "eager"])
-def test_outputs_asked_for_row_major_come_back_row_major(backend):
+def test_outputs_come_back_with_the_strides_asked_for(backend):
     # a weight gradient's shape: a permuted, cut view of a kernel's output (kiln's view
-    # without the request; a row-major copy by kiln's runtime with it)
+    # without the request; a copy by kiln's runtime into the strides asked for with it)
     x = torch.randn(37, 70, 4, 4)
-    spec = (x.untyped_storage().data_ptr(), "f32", list(x.shape), list(x.stride()), 0,
-            x.numel(), x, None)
     want = x.exp().permute(1, 0, 2, 3)[:, :, :3, :3]
-    view, _ = (from_dlpack(c) for c in _native.compile(NATIVE_PERMUTED, backend)([spec]))
+    view, _ = (from_dlpack(c) for c in _native.compile(NATIVE_PERMUTED, backend)([_spec(x)]))
     assert not view.is_contiguous()
     torch.testing.assert_close(view, want)
-    for asked in ([0], [0, 1]):
+    row_major = [37 * 9, 9, 3, 1]
+    # an attention output as eager lays it out: [b, h, s, d] strides over a [b, s, h, d]
+    # buffer; and the full output in a channels-last layout
+    permuted = [9, 70 * 9, 3, 1]
+    channels_last = [70 * 16, 1, 4 * 70, 70]
+    for asked in ({0: row_major}, {0: row_major, 1: [1120, 16, 4, 1]},
+                  {0: permuted, 1: channels_last}):
         g = _native.compile(NATIVE_PERMUTED, backend, "auto", asked)
-        row_major, full = (from_dlpack(c) for c in g([spec]))
-        assert row_major.is_contiguous() and full.is_contiguous()
+        first, full = (from_dlpack(c) for c in g([_spec(x)]))
+        assert list(first.stride()) == asked[0]
+        if 1 in asked:
+            assert list(full.stride()) == asked[1]
         # a copy of the same values: bit for bit kiln's view's
-        assert torch.equal(row_major, view)
+        assert torch.equal(first, view)
         torch.testing.assert_close(full, x.exp())
     with pytest.raises(kiln.KilnError, match="output 2 of a graph of 2"):
-        _native.compile(NATIVE_PERMUTED, backend, "auto", [2])
+        _native.compile(NATIVE_PERMUTED, backend, "auto", {2: row_major})
+    with pytest.raises(kiln.KilnError, match="3 strides for output 0 of rank 4"):
+        _native.compile(NATIVE_PERMUTED, backend, "auto", {0: [9, 3, 1]})
+    with pytest.raises(kiln.KilnError, match="output 5 of a graph of 2"):
+        _native.compile(NATIVE_PERMUTED, backend, "auto", {}, [5])
+
+
+NATIVE_ALIASES = """graph @a(%x: f32[4,6]) -> (f32[6,4], f32[4,6], f32[4,6], f32[2,6], f32[4,6]) {
+  %0 = transpose %x {dim0 = 0, dim1 = 1} : f32[6,4]
+  %1 = mul %x, 2.0 : f32[4,6]
+  %2 = slice %1 {dim = 0, start = 1, end = 3, step = 1} : f32[2,6]
+  return %0, %x, %1, %2, %1
+}"""
+
+
+@pytest.mark.parametrize("backend", ["cpu", "eager"])
+def test_fresh_outputs_never_share_memory_with_inputs_or_earlier_outputs(backend):
+    base = torch.randn(4, 13)
+    x = base[:, 2:8]  # a view in the middle of its storage
+    want = [x.t(), x, x * 2, (x * 2)[1:3], x * 2]
+    shared = [from_dlpack(c) for c in _native.compile(NATIVE_ALIASES, backend)([_spec(x)])]
+    # without the request kiln hands back views: of the input, and of one buffer thrice
+    assert shared[0].data_ptr() == x.data_ptr() and shared[1].data_ptr() == x.data_ptr()
+    assert shared[2].data_ptr() == shared[4].data_ptr()
+    g = _native.compile(NATIVE_ALIASES, backend, "auto", {}, [0, 1, 2, 3, 4])
+    fresh = [from_dlpack(c) for c in g([_spec(x)])]
+    for got, w in zip(fresh, want):
+        assert torch.equal(got, w)
+    # copies keep the order of kiln's strides, as torch.clone: a transpose stays one
+    assert fresh[0].stride() == (1, 6)
+    before = base.clone()
+    for t in fresh:
+        t.add_(1)
+    assert torch.equal(base, before), "an output shared memory with the input"
+    # the first use of the product is kiln's own buffer; the later ones are copies
+    assert torch.equal(fresh[2], x * 2 + 1) and torch.equal(fresh[3], (x * 2)[1:3] + 1)
+    assert torch.equal(fresh[4], x * 2 + 1)
 
 
 def test_convolution_weight_gradients_equal_eager_in_eagers_layout():
