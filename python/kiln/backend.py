@@ -324,9 +324,10 @@ def _count_ops(gm: torch.fx.GraphModule) -> int:
 
 
 def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: str,
-                report: ExplainReport, pin: bool = False) -> Callable:
+                report: ExplainReport, pin: bool = False, name: str = "torch") -> Callable:
     """Compiles one aot_autograd graph: whole when kiln supports every node, else by
-    partitions."""
+    partitions. ``name`` names its kiln graph (``name_p0``, ... its partitions): the plan's
+    name in ``KILN_PROFILE``'s kernel table and kiln's logs."""
     report.graphs += 1
     support = _Support()
     for n in gm.graph.nodes:
@@ -343,7 +344,7 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: s
         kept = _strip_outputs(stripped)
         if kept is not None:
             try:
-                graph = _KilnGraph(stripped, fx_to_kir.translate(stripped, "torch"), tier,
+                graph = _KilnGraph(stripped, fx_to_kir.translate(stripped, name), tier,
                                    pin)
             except (fx_to_kir.Unsupported, _native.KilnError) as e:
                 log.warning("kiln: the whole graph did not translate (%s); partitioning", e)
@@ -359,14 +360,17 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: s
                     return full
 
                 return run
-    return _compile_partitions(gm, support, tier, report, pin)
+    return _compile_partitions(gm, support, tier, report, pin, name)
 
 
 def _compile_partitions(gm: torch.fx.GraphModule, support: _Support, tier: str,
-                        report: ExplainReport, pin: bool = False) -> Callable:
-    """The supported runs of ``gm`` as kiln graphs, the rest eager."""
+                        report: ExplainReport, pin: bool = False,
+                        name: str = "torch") -> Callable:
+    """The supported runs of ``gm`` as kiln graphs (named ``name_p0``, ...), the rest
+    eager."""
     fused = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True
                                        ).partition_and_fuse()
+    parts = itertools.count()
     for node in list(fused.graph.nodes):
         if node.op != "call_module":
             continue
@@ -379,7 +383,7 @@ def _compile_partitions(gm: torch.fx.GraphModule, support: _Support, tier: str,
             out_node.args = ((out,),)
             sub.recompile()
         try:
-            graph = _KilnGraph(sub, fx_to_kir.translate(sub, "torch"), tier, pin)
+            graph = _KilnGraph(sub, fx_to_kir.translate(sub, f"{name}_p{next(parts)}"), tier, pin)
         except (fx_to_kir.Unsupported, _native.KilnError) as e:
             log.warning("kiln: a partition of %d ops stays in eager PyTorch: %s", ops, e)
             report.eager_nodes += ops
@@ -418,11 +422,19 @@ def backend(device: str = "cpu", mode: Optional[str] = None, pin_weights: bool =
     tier = _MODES[mode]
     report = _report if _report is not None else ExplainReport()
 
-    def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-        with _timed(COMPILE_TIME_KEY):
-            return make_boxed_func(compile_unboxed(gm, example_inputs))
+    # each graph's plan is named for its pass and numbered (`forward0`, `backward0`, ...),
+    # so that a profile's kernel table tells the forward's kernels from the backward's
+    numbers = {"forward": itertools.count(), "backward": itertools.count()}
 
-    def compile_unboxed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    def compiler_for(kind: str) -> Callable:
+        def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+            with _timed(COMPILE_TIME_KEY):
+                name = f"{kind}{next(numbers[kind])}"
+                return make_boxed_func(compile_unboxed(gm, example_inputs, name))
+        return compiler
+
+    def compile_unboxed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                        name: str) -> Callable:
         devices = {t.device.type for t in example_inputs if isinstance(t, torch.Tensor)}
         if devices - {"cpu"}:
             log.warning("kiln: a graph on %s runs in eager PyTorch (kiln's PyTorch bridge "
@@ -430,10 +442,10 @@ def backend(device: str = "cpu", mode: Optional[str] = None, pin_weights: bool =
             report.graphs += 1
             report.eager_nodes += _count_ops(gm)
             return gm
-        return _compile_fx(gm, example_inputs, tier, report, pin_weights)
+        return _compile_fx(gm, example_inputs, tier, report, pin_weights, name)
 
-    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                        decompositions=decompositions())
+    return aot_autograd(fw_compiler=compiler_for("forward"),
+                        bw_compiler=compiler_for("backward"), decompositions=decompositions())
 
 
 COMPILE_TIME_KEY = "kiln.backend.compile"

@@ -421,3 +421,30 @@ def test_calls_from_several_threads():
         t.join()
     for x, r in zip(xs, results):
         torch.testing.assert_close(r, (x * x).sum(1), **MM)
+
+
+def test_each_graph_is_named_for_its_pass(monkeypatch):
+    # a profile's kernel table and kiln's logs name kernels by plan: the forward's and the
+    # backward's must not share one name (KILN_PROFILE merged their same-numbered kernels)
+    import importlib
+    backend_module = importlib.import_module("kiln.backend")
+    names = []
+    real = backend_module._KilnGraph.__init__
+
+    def record(self, gm, tr, *args, **kwargs):
+        names.append(tr.kir.split("graph @", 1)[1].split("(", 1)[0])
+        real(self, gm, tr, *args, **kwargs)
+
+    monkeypatch.setattr(backend_module._KilnGraph, "__init__", record)
+    torch._dynamo.reset()
+    lin = nn.Linear(5, 3)
+    f = torch.compile(lambda x: torch.tanh(lin(x)), backend=kiln.backend())
+    x = torch.randn(4, 5)
+    f(x).sum().backward()
+    assert names == ["forward0", "backward0"]
+    # a graph with an op kiln leaves to eager is compiled in named partitions
+    names.clear()
+    torch._dynamo.reset()
+    g = torch.compile(lambda x: (x * 2).abs() + 1, backend=kiln.backend())
+    g(torch.randn(4, dtype=torch.complex64))
+    assert names and all(n.startswith("forward0_p") for n in names), names
