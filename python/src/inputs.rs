@@ -70,6 +70,40 @@ pub(crate) fn pack_cache_bytes() -> usize {
     kiln_runtime::pack_cache_bytes()
 }
 
+/// kiln's CPU memory counters, as torch's `memory_stats` names them: bytes held by live
+/// tensors (`allocated_bytes`) and their peak since the last [`reset_peak_memory_stats`],
+/// bytes obtained from the system and kept (`reserved_bytes`: allocated plus cached blocks),
+/// cached blocks, allocation requests and cache hits, and the packed weight copies' bytes.
+#[pyfunction]
+pub(crate) fn memory_stats() -> std::collections::HashMap<&'static str, u64> {
+    let s = kiln_runtime::allocator_stats();
+    [
+        ("allocated_bytes", s.allocated_bytes as u64),
+        ("peak_allocated_bytes", s.peak_allocated_bytes as u64),
+        ("reserved_bytes", s.reserved_bytes as u64),
+        ("cached_blocks", s.cached_blocks as u64),
+        ("alloc_calls", s.alloc_calls),
+        ("cache_hits", s.cache_hits),
+        ("pack_cache_bytes", kiln_runtime::pack_cache_bytes() as u64),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// Starts a new peak of `peak_allocated_bytes` at the bytes allocated now (torch's
+/// `reset_peak_memory_stats`).
+#[pyfunction]
+pub(crate) fn reset_peak_memory_stats() {
+    kiln_runtime::reset_peak_stats();
+}
+
+/// Returns kiln's cached blocks to the system (torch's `empty_cache`); live tensors keep
+/// theirs.
+#[pyfunction]
+pub(crate) fn empty_cache() {
+    kiln_runtime::empty_cache();
+}
+
 /// The bytes of the storage `spec` describes (its address, and its element count times the
 /// dtype's size): an output starting in them is that input's memory.
 pub(crate) fn memory(spec: &InputSpec) -> PyResult<std::ops::Range<usize>> {

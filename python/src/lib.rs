@@ -52,6 +52,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_libraries::adopt_torch_threads, m)?)?;
     m.add_function(wrap_pyfunction!(host_libraries::adopt_torch_blas, m)?)?;
     m.add_function(wrap_pyfunction!(inputs::pack_cache_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(inputs::memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(inputs::reset_peak_memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(inputs::empty_cache, m)?)?;
     m.add_class::<compiled::Compiled>()?;
     m.add("KilnError", m.py().get_type::<KilnError>())?;
     m.add("version", env!("CARGO_PKG_VERSION"))?;

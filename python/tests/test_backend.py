@@ -448,3 +448,31 @@ def test_each_graph_is_named_for_its_pass(monkeypatch):
     g = torch.compile(lambda x: (x * 2).abs() + 1, backend=kiln.backend())
     g(torch.randn(4, dtype=torch.complex64))
     assert names and all(n.startswith("forward0_p") for n in names), names
+
+
+def test_memory_stats_count_kiln_tensors_and_empty_cache_returns_cached_blocks():
+    # kiln's own counters, as torch's memory_stats names them: a compiled output of 4 MiB
+    # is counted while it lives, its block is cached when it dies, and empty_cache returns
+    # the cache to the system
+    def f(x):
+        return torch.exp(x) * 2.0
+
+    x = torch.randn(1024, 1024)
+    compiled = torch.compile(f, backend="kiln")
+    compiled(x)
+    _native.empty_cache()
+    before = _native.memory_stats()
+    _native.reset_peak_memory_stats()
+    out = compiled(x)
+    torch.testing.assert_close(out, f(x), rtol=1e-5, atol=1e-6)
+    live = _native.memory_stats()
+    assert live["allocated_bytes"] >= before["allocated_bytes"] + out.numel() * 4
+    assert live["peak_allocated_bytes"] >= live["allocated_bytes"]
+    assert live["reserved_bytes"] >= live["allocated_bytes"]
+    del out
+    gc.collect()
+    cached = _native.memory_stats()
+    assert cached["allocated_bytes"] <= live["allocated_bytes"] - 1024 * 1024 * 4
+    assert cached["reserved_bytes"] == live["reserved_bytes"]
+    _native.empty_cache()
+    assert _native.memory_stats()["reserved_bytes"] <= cached["reserved_bytes"] - 1024 * 1024 * 4
