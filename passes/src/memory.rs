@@ -9,17 +9,29 @@
 //!
 //! # Algorithm
 //!
-//! Greedy, in order of `def` (ties in request order), with one pass over the requests:
+//! Two plans are made and the smaller kept (its bytes with every symbol at 64; on a tie,
+//! the first), each assigning a buffer to every request that is not pinned (a graph input
+//! or output: its memory belongs to the caller):
 //!
-//! 1. A pinned request (a graph input or output: its memory belongs to the caller) gets
-//!    no buffer.
-//! 2. A buffer is *free* at step `s` when the last use of the value now in it is `< s`,
-//!    strictly: a kernel never writes its output over a buffer it still reads, and two
-//!    values defined by the same step never share.
-//! 3. Among the free buffers whose symbols equal the request's, take the one with the
-//!    smallest constant `>=` the request's (best fit); else the free one with the largest
-//!    constant, grown to the request's size; else open a new buffer. Ties go to the
-//!    buffer opened first, so the plan is deterministic.
+//! * [`plan_in_order_of_def`]: the requests in order of `def` (ties in request order), each
+//!   into the free buffer that fits it best, else the largest free one (grown to its size),
+//!   else a new one. A buffer is *free* at step `s` when the last use of the value now in
+//!   it is `< s`.
+//! * [`plan_largest_first`] (as TensorFlow Lite's planner): the requests by size, largest
+//!   first (ties by `def`, then request order), each into the smallest buffer that holds no
+//!   value live with it, else a new one of its size; a buffer is never grown.
+//!
+//! Ranges are closed in both: a kernel never writes its output over a buffer it still
+//! reads, and two values defined by the same step never share. Ties between buffers go to
+//! the one opened first, so both plans are deterministic.
+//!
+//! In order of `def`, a small value that lives long can take a large free buffer and leave
+//! the large values after it none: training graphs planned so held arenas twice their
+//! live peak. ViT at base size through the torch backend (768 wide, 12 layers, batch 8,
+//! 197 tokens): its backward's arena is 275 MiB largest first against 565 in order of
+//! `def`, with at most 230 MiB live at once; BERT at base size's 209 against 212 (185 live
+//! at most). Largest first is not always smaller: the workload corpus's transformer block
+//! packs into 20.00 MiB in order of `def` and 20.25 largest first.
 //!
 //! Buffers with different symbol lists never mix: `4096*B` and `16384` cannot be
 //! compared for every binding, so no buffer's size is a maximum of incomparable terms.
@@ -203,17 +215,31 @@ impl MemoryPlan {
     }
 }
 
-/// One buffer while planning: its size and the last step its current value is read.
-struct Slot {
+/// Assigns a buffer to every non-pinned request so that values with overlapping live
+/// ranges never share one: the smaller of [`plan_in_order_of_def`] and
+/// [`plan_largest_first`] (see the module doc). Deterministic.
+pub fn plan_memory(requests: &[BufferRequest]) -> MemoryPlan {
+    let by_def = plan_in_order_of_def(requests);
+    let by_size = plan_largest_first(requests);
+    let at = |_: &str| Some(64);
+    match (by_def.planned_bytes(&at), by_size.planned_bytes(&at)) {
+        (Some(d), Some(l)) if l < d => by_size,
+        _ => by_def,
+    }
+}
+
+/// One buffer while planning in order of `def`: its size and the last step its current
+/// value is read.
+struct GrowingBuffer {
     size: SizeExpr,
     busy_until: usize,
 }
 
 /// The free buffer a request of `bytes` defined at `step` goes to: best fit, else the
 /// largest (to grow), among free buffers with the same symbols; `None` if there is none.
-fn choose(slots: &[Slot], bytes: &SizeExpr, step: usize) -> Option<usize> {
+fn choose(buffers: &[GrowingBuffer], bytes: &SizeExpr, step: usize) -> Option<usize> {
     let candidates = || {
-        slots
+        buffers
             .iter()
             .enumerate()
             .filter(|(_, b)| b.busy_until < step && b.size.symbols == bytes.symbols)
@@ -226,38 +252,103 @@ fn choose(slots: &[Slot], bytes: &SizeExpr, step: usize) -> Option<usize> {
     best_fit.or_else(largest).map(|(i, _)| i)
 }
 
-/// Assigns a buffer to every non-pinned request so that values with overlapping live
-/// ranges never share one (see the module doc for the rules). Deterministic.
-pub fn plan_memory(requests: &[BufferRequest]) -> MemoryPlan {
+/// The plan made in order of `def`: each request into the free buffer that fits it best,
+/// else the largest free one, grown (see the module doc).
+pub fn plan_in_order_of_def(requests: &[BufferRequest]) -> MemoryPlan {
     let mut order: Vec<usize> = (0..requests.len()).collect();
     order.sort_by_key(|&i| (requests[i].def, i));
-    let mut slots: Vec<Slot> = Vec::new();
+    let mut buffers: Vec<GrowingBuffer> = Vec::new();
     let mut buffer_of = vec![None; requests.len()];
     for i in order {
         let r = &requests[i];
         if r.pinned {
             continue;
         }
-        let b = match choose(&slots, &r.bytes, r.def) {
+        let b = match choose(&buffers, &r.bytes, r.def) {
             Some(b) => {
-                let slot = &mut slots[b];
-                slot.size.constant = slot.size.constant.max(r.bytes.constant);
-                // The slot was free: its last use < r.def <= r.end().
-                slot.busy_until = r.end();
+                let buffer = &mut buffers[b];
+                buffer.size.constant = buffer.size.constant.max(r.bytes.constant);
+                // The buffer was free: its last use < r.def <= r.end().
+                buffer.busy_until = r.end();
                 b
             }
             None => {
-                slots.push(Slot {
+                buffers.push(GrowingBuffer {
                     size: r.bytes.clone(),
                     busy_until: r.end(),
                 });
-                slots.len() - 1
+                buffers.len() - 1
             }
         };
         buffer_of[i] = Some(b);
     }
     MemoryPlan {
         buffer_of,
-        buffers: slots.into_iter().map(|s| s.size).collect(),
+        buffers: buffers.into_iter().map(|b| b.size).collect(),
+    }
+}
+
+/// One buffer while planning largest first: its size and the live ranges `[def, end]` of
+/// its values, sorted (they never meet, so by `def` and by `end` alike).
+struct SharedBuffer {
+    size: SizeExpr,
+    ranges: Vec<(usize, usize)>,
+}
+
+impl SharedBuffer {
+    /// True when none of the buffer's values is live at a step of `[def, end]`.
+    fn is_free_over(&self, def: usize, end: usize) -> bool {
+        // the last range starting at or before `end` is the only one that can reach `def`
+        let after = self.ranges.partition_point(|&(d, _)| d <= end);
+        after == 0 || self.ranges[after - 1].1 < def
+    }
+
+    fn take(&mut self, def: usize, end: usize) {
+        let at = self.ranges.partition_point(|&(d, _)| d < def);
+        self.ranges.insert(at, (def, end));
+    }
+}
+
+/// The plan made largest first: each request into the smallest buffer that holds no value
+/// live with it, else a new one (see the module doc).
+pub fn plan_largest_first(requests: &[BufferRequest]) -> MemoryPlan {
+    let mut order: Vec<usize> = (0..requests.len())
+        .filter(|&i| !requests[i].pinned)
+        .collect();
+    let key = |i: usize| {
+        let r = &requests[i];
+        (
+            &r.bytes.symbols,
+            std::cmp::Reverse(r.bytes.constant),
+            r.def,
+            i,
+        )
+    };
+    order.sort_by(|&a, &b| key(a).cmp(&key(b)));
+    let mut buffers: Vec<SharedBuffer> = Vec::new();
+    let mut buffer_of = vec![None; requests.len()];
+    for i in order {
+        let r = &requests[i];
+        let (def, end) = (r.def, r.end());
+        // every open buffer with these symbols holds a value at least this large
+        let fits = buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.size.symbols == r.bytes.symbols && b.is_free_over(def, end))
+            .min_by_key(|(i, b)| (b.size.constant, *i))
+            .map(|(i, _)| i);
+        let b = fits.unwrap_or_else(|| {
+            buffers.push(SharedBuffer {
+                size: r.bytes.clone(),
+                ranges: Vec::new(),
+            });
+            buffers.len() - 1
+        });
+        buffers[b].take(def, end);
+        buffer_of[i] = Some(b);
+    }
+    MemoryPlan {
+        buffer_of,
+        buffers: buffers.into_iter().map(|b| b.size).collect(),
     }
 }

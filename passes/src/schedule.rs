@@ -202,6 +202,7 @@ fn topological(g: &Graph, kernels: Vec<Kernel>) -> Result<Vec<Kernel>, PassError
             _ => return v,
         }
     };
+    // per kernel: the kernels whose outputs (or views of them) it reads
     let deps: Vec<Vec<usize>> = kernels
         .iter()
         .map(|k| {
@@ -215,8 +216,7 @@ fn topological(g: &Graph, kernels: Vec<Kernel>) -> Result<Vec<Kernel>, PassError
             d
         })
         .collect();
-    // how many kernels read each kernel's outputs (a kernel counted once per producer), and
-    // which producers' outputs each kernel reads
+    // per kernel: how many kernels not yet ordered read its outputs (each counted once)
     let mut readers = vec![0usize; kernels.len()];
     for d in &deps {
         for &j in d {
