@@ -151,11 +151,20 @@ class _KilnGraph:
         self.pin = pin
 
     def __call__(self, *args: Any) -> list[torch.Tensor]:
+        return self.call_boxed(list(args))
+
+    def call_boxed(self, args: list) -> list[torch.Tensor]:
+        """Runs on ``args`` and empties the list (aot_autograd's boxed calling convention):
+        kiln then holds the only references the call made to its inputs and lets go of each
+        after its last reader, so that what the caller no longer holds (a backward's saved
+        activations, once aot_autograd has cleared them) is freed during the call, as
+        eager's autograd frees them node by node."""
         specs = []
         for index in self.translation.placeholder_index:
             t = args[index] if index >= 0 else self.attrs[-1 - index]
             specs.append(_describe(t, self.pin))
-        outs = [from_dlpack(c) for c in self.compiled(specs)]
+        args.clear()
+        outs = [from_dlpack(c) for c in self.compiled(specs)]  # (empties specs)
         for i in self.torch_strided:
             o, want = outs[i], self.layouts[i].strides
             if _strides_differ(o.shape, o.stride(), want):
@@ -329,8 +338,8 @@ def _count_ops(gm: torch.fx.GraphModule) -> int:
 
 def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: str,
                 report: ExplainReport, pin: bool = False, name: str = "torch") -> Callable:
-    """Compiles one aot_autograd graph: whole when kiln supports every node, else by
-    partitions. ``name`` names its kiln graph (``name_p0``, ... its partitions): the plan's
+    """Compiles one aot_autograd graph: whole when kiln supports every node (a boxed
+    function, which empties its list of arguments), else by partitions (a GraphModule). ``name`` names its kiln graph (``name_p0``, ... its partitions): the plan's
     name in ``KILN_PROFILE``'s kernel table and kiln's logs."""
     report.graphs += 1
     support = _Support()
@@ -356,13 +365,14 @@ def _compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tier: s
                 report.kiln_graphs += 1
                 report.kiln_nodes += _count_ops(gm)
 
-                def run(*args: Any) -> list:
-                    outs = graph(*args)
+                def run(args: list) -> list:
+                    outs = graph.call_boxed(args)
                     full: list = [None] * n_outputs
                     for i, t in zip(kept, outs):
                         full[i] = t
                     return full
 
+                run._boxed_call = True  # type: ignore[attr-defined]
                 return run
     return _compile_partitions(gm, support, tier, report, pin, name)
 
@@ -434,7 +444,8 @@ def backend(device: str = "cpu", mode: Optional[str] = None, pin_weights: bool =
         def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
             with _timed(COMPILE_TIME_KEY):
                 name = f"{kind}{next(numbers[kind])}"
-                return make_boxed_func(compile_unboxed(gm, example_inputs, name))
+                f = compile_unboxed(gm, example_inputs, name)
+                return f if getattr(f, "_boxed_call", False) else make_boxed_func(f)
         return compiler
 
     def compile_unboxed(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],

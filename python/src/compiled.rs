@@ -7,7 +7,7 @@ use kiln::ir::{parse_graph, print_graph, verify as verify_graph, Graph};
 use kiln::{Backend, CompileOptions, CompiledFn, Tensor, TierPolicy};
 use kiln_runtime::CpuTensor;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 use std::collections::HashMap;
 
 /// How a [`Compiled`] graph runs.
@@ -137,15 +137,20 @@ pub(crate) fn compile(
 
 #[pymethods]
 impl Compiled {
-    /// Runs the graph on `inputs` (one `(storage address, dtype, sizes, strides, storage
-    /// offset, storage elements, tensor)` tuple per graph input) and returns a DLPack
-    /// capsule per output. The interpreter lock is released while kiln runs.
-    fn __call__(&self, py: Python<'_>, inputs: Vec<inputs::InputSpec>) -> PyResult<Vec<Py<PyAny>>> {
-        let input_memory = inputs
+    /// Runs the graph on `inputs`, a list of one `(storage address, dtype, sizes, strides,
+    /// storage offset, storage elements, tensor, pin)` tuple per graph input, and returns a
+    /// DLPack capsule per output. The list is emptied: kiln then holds the only references
+    /// it made, and lets go of each unpinned input once its last reader has run, so that a
+    /// tensor the caller no longer holds is freed while the call goes on. The interpreter
+    /// lock is released while kiln runs.
+    fn __call__(&self, py: Python<'_>, inputs: &Bound<'_, PyList>) -> PyResult<Vec<Py<PyAny>>> {
+        let specs: Vec<inputs::InputSpec> = inputs.extract()?;
+        inputs.del_slice(0, inputs.len())?;
+        let input_memory = specs
             .iter()
             .map(inputs::memory)
             .collect::<PyResult<Vec<_>>>()?;
-        let tensors = inputs
+        let tensors = specs
             .into_iter()
             .enumerate()
             .map(|(i, spec)| inputs::borrow(i, spec))
@@ -156,7 +161,15 @@ impl Compiled {
                     Runner::Cpu(f) => f.call(&tensors),
                     Runner::Eager => run_graph(&self.graph, &tensors),
                 }?;
-                as_eager_lays_out(outs, &self.layouts, &input_memory)
+                // an input the call let go of may have been freed and its memory reused
+                // for an output: only the others' memory can be an output's
+                let kept: Vec<_> = input_memory
+                    .into_iter()
+                    .zip(&tensors)
+                    .filter(|(_, t)| t.as_cpu().is_ok_and(|c| !c.storage().is_released()))
+                    .map(|(m, _)| m)
+                    .collect();
+                as_eager_lays_out(outs, &self.layouts, &kept)
             })
             .map_err(to_py)?;
         drop(tensors);

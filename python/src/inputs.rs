@@ -24,15 +24,28 @@ pub(crate) type InputSpec = (
     Option<(u64, u64)>,
 );
 
-/// Keeps a PyTorch tensor alive while kiln views its memory. Dropping it without the
-/// interpreter lock defers the reference count's decrement to PyO3's pool.
-struct Owner(#[allow(dead_code)] Py<PyAny>);
+/// Keeps a PyTorch tensor alive while kiln views its memory. It is dropped under the
+/// interpreter lock (taken when the dropping thread lacks it): a compiled call lets go of a
+/// lent input while it runs without the lock, and a reference dropped without it would only
+/// be counted down (and the tensor freed) when the lock is next taken, after the call.
+struct Owner(Option<Py<PyAny>>);
 
-/// A kiln tensor viewing the memory `spec` describes.
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            Python::attach(move |_| drop(t));
+        }
+    }
+}
+
+/// A kiln tensor viewing the memory `spec` describes. A pinned parameter is borrowed; any
+/// other input is lent to the one call it is passed to, which lets go of it after its last
+/// reader ([`CpuTensor::from_foreign_lent`]): a tensor only the call still holds (a saved
+/// activation in a backward pass, whose list of arguments the caller cleared) is freed then.
 pub(crate) fn borrow(index: usize, spec: InputSpec) -> PyResult<Tensor> {
     let (ptr, dtype, shape, strides, offset, storage_len, owner, pin) = spec;
     let dtype = DType::from_str(&dtype).map_err(|e| crate::to_py(format!("input {index}: {e}")))?;
-    let owner = Box::new(Owner(owner));
+    let owner = Box::new(Owner(Some(owner)));
     let pin = pin.map(|(key, version)| kiln_runtime::ForeignPin { key, version });
     // SAFETY: the address and element count are those of the tensor's own storage (read by
     // kiln/backend.py from `untyped_storage()`), which `owner` keeps alive; kiln's compiled
@@ -40,18 +53,32 @@ pub(crate) fn borrow(index: usize, spec: InputSpec) -> PyResult<Tensor> {
     // the call runs (the caller waits for it). A pin's key is never reused (kiln/backend.py
     // counts them) and is forgotten when its parameter goes; its version is the parameter's
     // `_version`, which every write through the parameter bumps (the contract `pin_weights`
-    // documents for the writes that do not: `.data`).
+    // documents for the writes that do not: `.data`). A lent input is passed to one call
+    // (`Compiled::__call__`) and never read after it (only the addresses of those the call
+    // kept are compared with its outputs').
     let t = unsafe {
-        CpuTensor::from_foreign_pinned(
-            ptr as *mut u8,
-            dtype,
-            storage_len,
-            &shape,
-            &strides,
-            offset,
-            owner,
-            pin,
-        )
+        match pin {
+            Some(_) => CpuTensor::from_foreign_pinned(
+                ptr as *mut u8,
+                dtype,
+                storage_len,
+                &shape,
+                &strides,
+                offset,
+                owner,
+                pin,
+            ),
+            None => CpuTensor::from_foreign_lent(
+                ptr as *mut u8,
+                dtype,
+                storage_len,
+                &shape,
+                &strides,
+                offset,
+                owner,
+                None,
+            ),
+        }
     }
     .map_err(|e| crate::to_py(format!("input {index}: {e}")))?;
     Ok(Tensor::from_cpu(t))

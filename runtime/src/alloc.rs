@@ -193,6 +193,11 @@ impl Block {
         }
     }
 
+    /// Takes a foreign block's owner (the caller keeps the memory alive from then on).
+    pub(crate) fn take_owner(&mut self) -> Option<Box<dyn Send + Sync>> {
+        self._owner.take()
+    }
+
     /// The block's address.
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()

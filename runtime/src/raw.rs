@@ -130,13 +130,51 @@ impl CpuTensor {
         pin: Option<ForeignPin>,
     ) -> Result<CpuTensor, RuntimeError> {
         // SAFETY: the caller's contract.
-        let mut storage = unsafe { Storage::from_foreign(ptr, storage_len, dtype, owner)? };
+        let storage = unsafe { Storage::from_foreign(ptr, storage_len, dtype, owner)? };
+        CpuTensor::over_foreign(storage, pin, storage_len, shape, strides, offset)
+            .map_err(|e| e.renamed("from_foreign_pinned"))
+    }
+
+    /// [`CpuTensor::from_foreign_pinned`] lent for one call: the compiled call it is passed
+    /// to may drop `owner` once its last reader of the memory has run, while the call goes on
+    /// (see [`Storage::release_lent`]); a lender that holds no other reference to the memory
+    /// then sees it freed early (PyTorch's saved activations during a backward pass).
+    ///
+    /// # Safety
+    /// As [`CpuTensor::from_foreign_pinned`]; and the tensor and its views are passed to one
+    /// compiled call only and not read after it (the call may have let go of the memory).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn from_foreign_lent(
+        ptr: *mut u8,
+        dtype: DType,
+        storage_len: usize,
+        shape: &[usize],
+        strides: &[isize],
+        offset: usize,
+        owner: Box<dyn Send + Sync>,
+        pin: Option<ForeignPin>,
+    ) -> Result<CpuTensor, RuntimeError> {
+        // SAFETY: the caller's contract.
+        let storage = unsafe { Storage::from_foreign(ptr, storage_len, dtype, owner)? };
+        let storage = storage.lent_for_one_call();
+        CpuTensor::over_foreign(storage, pin, storage_len, shape, strides, offset)
+            .map_err(|e| e.renamed("from_foreign_lent"))
+    }
+
+    /// A foreign storage of `storage_len` elements, pinned as `pin` says, seen with `shape`,
+    /// `strides` and `offset`.
+    fn over_foreign(
+        mut storage: Storage,
+        pin: Option<ForeignPin>,
+        storage_len: usize,
+        shape: &[usize],
+        strides: &[isize],
+        offset: usize,
+    ) -> Result<CpuTensor, RuntimeError> {
         if let Some(pin) = pin {
             storage = storage.with_pin(pin);
         }
-        let flat = CpuTensor::from_storage(storage, &[storage_len]);
-        flat.with_layout(shape, strides, offset)
-            .map_err(|e| e.renamed("from_foreign_pinned"))
+        CpuTensor::from_storage(storage, &[storage_len]).with_layout(shape, strides, offset)
     }
 
     /// A contiguous copy with storage of its own.

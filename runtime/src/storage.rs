@@ -67,6 +67,9 @@ pub struct Storage {
     foreign: bool,
     /// the lender's identity and version of borrowed memory, when it vouches for them
     pin: Option<ForeignPin>,
+    /// the owner of memory lent for one call ([`Storage::lent_for_one_call`]), until the
+    /// call lets go of it ([`Storage::release_lent`]); None for other storages
+    lent: Option<parking_lot::Mutex<Option<Box<dyn Send + Sync>>>>,
 }
 
 /// What the lender of foreign memory ([`Storage::from_foreign`]) vouches for, so that kiln
@@ -175,6 +178,7 @@ impl Storage {
             version: AtomicU64::new(0),
             foreign: false,
             pin: None,
+            lent: None,
         }
     }
 
@@ -217,6 +221,44 @@ impl Storage {
             self.pin = Some(pin);
         }
         self
+    }
+
+    /// This foreign storage lent for one call: the caller vouches that its memory (through
+    /// any view) is read only by the one compiled call it is passed to, which may then drop
+    /// the owner once its last reader has run ([`Storage::release_lent`]), so that memory
+    /// the lender no longer needs (a saved activation during a backward pass) is freed while
+    /// the call goes on. Ignored for kiln's own storages.
+    pub(crate) fn lent_for_one_call(mut self) -> Storage {
+        if self.foreign {
+            let owner = self.buf.get_mut().block.take_owner();
+            self.lent = Some(parking_lot::Mutex::new(owner));
+        }
+        self
+    }
+
+    /// True for memory lent for one call ([`Storage::lent_for_one_call`]).
+    pub fn is_lent(&self) -> bool {
+        self.lent.is_some()
+    }
+
+    /// True once the call a storage was lent to has let go of its owner
+    /// ([`Storage::release_lent`]): its memory may be gone.
+    pub fn is_released(&self) -> bool {
+        self.lent.as_ref().is_some_and(|l| l.lock().is_none())
+    }
+
+    /// Drops the owner of lent memory ([`Storage::lent_for_one_call`]); nothing for other
+    /// storages. The memory may be freed at once (the lender's last reference gone).
+    ///
+    /// # Safety
+    /// Nothing reads or writes this storage's memory afterwards, through any tensor: only
+    /// the call it was lent to may release it, once that call's last reader of it has run
+    /// and when none of the call's results views it.
+    pub unsafe fn release_lent(&self) {
+        if let Some(l) = &self.lent {
+            let owner = l.lock().take();
+            drop(owner);
+        }
     }
 
     /// The version counter: bumped by every in-place write (for autograd's checks).

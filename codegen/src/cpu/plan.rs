@@ -112,7 +112,11 @@ fn view_roots(g: &Graph, slots: usize) -> Vec<usize> {
 /// Fills each step's [`Step::release`]: a value is released after the last step that reads
 /// it or a view of it (a value nothing reads, after the step that makes it), unless it is a
 /// graph input or output or a view of one.
-fn plan_releases(g: &Graph, steps: &mut [Step], slots: usize) {
+///
+/// Returns, per graph input, the step after which a call may let go of it when it is lent
+/// ([`CpuTensor::from_foreign_lent`]): its last reader's (the first step when nothing reads
+/// it), or None when an output is it or a view of it.
+fn plan_releases(g: &Graph, steps: &mut [Step], slots: usize) -> Vec<Option<usize>> {
     let root = view_roots(g, slots);
     let mut keep = vec![false; slots];
     for (_, id) in g.inputs() {
@@ -134,7 +138,21 @@ fn plan_releases(g: &Graph, steps: &mut [Step], slots: usize) {
             steps[t].release.push(id);
         }
     }
+    let returned: Vec<usize> = g.outputs().iter().map(|o| root[o.index()]).collect();
+    g.inputs()
+        .iter()
+        .map(|(_, id)| {
+            let r = root[id.index()];
+            (!returned.contains(&r)).then(|| last[r].unwrap_or(0))
+        })
+        .collect()
 }
+
+/// Lent inputs of at least this many bytes are let go of after their last reader (see
+/// [`CpuPlan::run_releasing_lent`]); smaller ones at the end of the call. Letting go costs
+/// the lender's hand-back (the torch bridge takes the interpreter lock to drop its
+/// reference), and frees little for a small tensor.
+const RELEASE_LENT_BYTES: usize = 1 << 20;
 
 /// Where a value's memory comes from.
 #[derive(Clone, Copy)]
@@ -194,6 +212,9 @@ pub struct CpuPlan {
     has_symbols: bool,
     /// the donations worked out for the last list of pairs asked for
     donated: Mutex<Option<DonationCache>>,
+    /// per input: the step after which a call may let go of it, when lent (see
+    /// [`plan_releases`])
+    input_release: Vec<Option<usize>>,
     /// time spent building the plan (lowering; kernels compile on first call)
     pub build_time: Duration,
 }
@@ -343,7 +364,7 @@ impl CpuPlan {
             });
         }
         let slots = g.nodes().map(|(id, _)| id.index() + 1).max().unwrap_or(0);
-        plan_releases(g, &mut steps, slots);
+        let input_release = plan_releases(g, &mut steps, slots);
         let mut home = vec![Home::Fresh; slots];
         for (r, b) in s.requests.iter().zip(&s.memory.buffer_of) {
             let id = g
@@ -383,6 +404,7 @@ impl CpuPlan {
             scratch: Mutex::new(Vec::new()),
             has_symbols,
             donated: Mutex::new(None),
+            input_release,
             build_time: start.elapsed(),
         })
     }
@@ -587,6 +609,61 @@ impl CpuPlan {
         inputs: &[&CpuTensor],
         donate: &[(usize, usize)],
     ) -> Result<(Vec<CpuTensor>, Vec<bool>), CodegenError> {
+        self.run_with(inputs, donate, false)
+    }
+
+    /// [`CpuPlan::run_donating`] as the only reader of its lent inputs
+    /// ([`CpuTensor::from_foreign_lent`]): each lent input of at least
+    /// [`RELEASE_LENT_BYTES`] that no output views and no pair donates is let go of once
+    /// the last kernel reading it has run, so that memory its lender no longer holds (a
+    /// saved activation, through the torch bridge) is freed while the call goes on. The
+    /// caller must not read such an input after the call.
+    pub fn run_releasing_lent(
+        &self,
+        inputs: &[&CpuTensor],
+        donate: &[(usize, usize)],
+    ) -> Result<(Vec<CpuTensor>, Vec<bool>), CodegenError> {
+        self.run_with(inputs, donate, true)
+    }
+
+    /// The lent inputs a call lets go of: `(step, input)` pairs in step order, the input
+    /// released after the step (see [`CpuPlan::run_releasing_lent`]). An input sharing its
+    /// storage with another waits for the later of the two.
+    fn lent_releases(
+        &self,
+        inputs: &[&CpuTensor],
+        donate: &[(usize, usize)],
+    ) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for (i, t) in inputs.iter().enumerate() {
+            let s = t.storage();
+            if !s.is_lent() || s.nbytes() < RELEASE_LENT_BYTES || donate.iter().any(|d| d.0 == i) {
+                continue;
+            }
+            let mut after = self.input_release[i];
+            for (j, u) in inputs.iter().enumerate() {
+                if j != i && u.shares_storage(t) {
+                    let donated = donate.iter().any(|d| d.0 == j);
+                    after = match (after, self.input_release[j]) {
+                        (Some(a), Some(b)) if !donated => Some(a.max(b)),
+                        _ => None,
+                    };
+                }
+            }
+            if let Some(step) = after {
+                out.push((step, i));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    fn run_with(
+        &self,
+        inputs: &[&CpuTensor],
+        donate: &[(usize, usize)],
+        release_lent: bool,
+    ) -> Result<(Vec<CpuTensor>, Vec<bool>), CodegenError> {
         if inputs.len() != self.inputs.len() {
             return Err(CodegenError::Inputs {
                 plan: self.name.clone(),
@@ -633,7 +710,11 @@ impl CpuPlan {
             arena: vec![None; self.arena_size],
             vals: vec![None; self.slots],
         });
-        let result = self.run_steps(inputs, &bound, &mut scratch, &chosen, &mut locks);
+        let releases = match release_lent {
+            true => self.lent_releases(inputs, donate),
+            false => Vec::new(),
+        };
+        let result = self.run_steps(inputs, &bound, &mut scratch, &chosen, &mut locks, &releases);
         drop(locks);
         scratch.vals.iter_mut().for_each(|v| *v = None);
         release_large_buffers(&mut scratch.arena);
@@ -652,6 +733,7 @@ impl CpuPlan {
         scratch: &mut Scratch,
         donated: &[Donation],
         locks: &mut Locks<'t>,
+        releases: &[(usize, usize)],
     ) -> Result<Vec<CpuTensor>, CodegenError> {
         let Scratch { arena, vals } = scratch;
         for (id, t) in self.inputs.iter().zip(inputs) {
@@ -771,6 +853,12 @@ impl CpuPlan {
             }
             for v in &step.release {
                 vals[v.index()] = None;
+            }
+            for &(_, i) in releases.iter().filter(|r| r.0 == index) {
+                // SAFETY: the caller lent this input to this call only and reads it no more
+                // (`run_releasing_lent`); no later step reads it or a view of it, no output
+                // views it and no pair donates it (`plan_releases`, `lent_releases`).
+                unsafe { inputs[i].storage().release_lent() };
             }
         }
         let mut res = Vec::with_capacity(self.graph.outputs().len());
@@ -1006,5 +1094,97 @@ mod column_tests {
         assert_eq!(kinds(&around("%0", "%3")), ["column"]);
         // two: each would be a pass of its own
         assert_eq!(kinds(&around("%1", "%3")), ["nest"]);
+    }
+}
+
+#[cfg(test)]
+mod lent_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// The owner of memory lent to a plan: the vector itself, so letting go of it frees
+    /// the memory (a kernel reading it afterwards would read freed memory).
+    struct Lender {
+        _data: Vec<f32>,
+        dropped: Arc<AtomicBool>,
+    }
+
+    impl Drop for Lender {
+        fn drop(&mut self) {
+            self.dropped.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A row-major f32 tensor of `shape` lent for one call, its values, and a flag set when
+    /// its owner goes.
+    fn lend(shape: &[usize], scale: f32) -> (CpuTensor, Vec<f64>, Arc<AtomicBool>) {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = (0..n).map(|i| ((i % 13) as f32 - 6.0) * scale).collect();
+        let values = data.iter().map(|&v| v as f64).collect();
+        let mut strides = vec![1isize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1] as isize;
+        }
+        let ptr = data.as_ptr() as *mut u8;
+        let dropped = Arc::new(AtomicBool::new(false));
+        let owner = Box::new(Lender {
+            _data: data,
+            dropped: dropped.clone(),
+        });
+        // SAFETY: `ptr` is the vector's buffer, which `owner` holds (moving the vector
+        // does not move it); nothing writes it; the tests pass the tensor to one call.
+        let t = unsafe {
+            CpuTensor::from_foreign_lent(ptr, DType::F32, n, shape, &strides, 0, owner, None)
+        }
+        .expect("a lent tensor");
+        (t, values, dropped)
+    }
+
+    const GRAPH: &str = "graph @g(%x: f32[512,1024], %w: f32[1024,8], %v: f32[8,512]) \
+                         -> (f32[512,8], f32[512,8]) {\n  \
+                         %0 = exp %x : f32[512,1024]\n  \
+                         %1 = matmul %0, %w : f32[512,8]\n  \
+                         %2 = transpose %v {dim0 = 0, dim1 = 1} : f32[512,8]\n  \
+                         return %1, %2\n}\n";
+
+    /// A call lets go of a large lent input once its last reader has run (here the first
+    /// kernel, exp, of two) and computes the same results; it keeps an input an output
+    /// views and a small one, and lets go of nothing when not asked to.
+    #[test]
+    fn a_call_lets_go_of_a_lent_input_after_its_last_reader() {
+        let plan = crate::cpu::plan_of(GRAPH);
+        assert_eq!(plan.steps.len(), 2, "exp, then the matmul");
+        let (x, xs, x_gone) = lend(&[512, 1024], 0.01);
+        let (w, ws, w_gone) = lend(&[1024, 8], 0.001);
+        let (v, vs, v_gone) = lend(&[8, 512], 1.0);
+        assert_eq!(plan.lent_releases(&[&x, &w, &v], &[]), vec![(0, 0)]);
+        // donated, or sharing its storage with an input an output views: kept
+        assert_eq!(plan.lent_releases(&[&x, &w, &v], &[(0, 0)]), vec![]);
+        assert_eq!(plan.lent_releases(&[&x, &w, &x], &[]), vec![]);
+
+        let kept = plan.run_donating(&[&x, &w, &v], &[]).expect("runs").0;
+        assert!(
+            !x_gone.load(Ordering::SeqCst),
+            "let go of without being asked"
+        );
+        let (outs, _) = plan.run_releasing_lent(&[&x, &w, &v], &[]).expect("runs");
+        assert!(x_gone.load(Ordering::SeqCst) && x.storage().is_released());
+        assert!(!w_gone.load(Ordering::SeqCst) && !v_gone.load(Ordering::SeqCst));
+        let mut want = vec![0.0f64; 512 * 8];
+        for r in 0..512 {
+            for c in 0..8 {
+                want[r * 8 + c] = (0..1024)
+                    .map(|k| (xs[r * 1024 + k] as f32).exp() as f64 * ws[k * 8 + c])
+                    .sum();
+            }
+        }
+        for got in [&kept[0], &outs[0]] {
+            for (a, b) in got.to_f64_vec().iter().zip(&want) {
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+            }
+        }
+        let vt: Vec<f64> = (0..512 * 8).map(|i| vs[(i % 8) * 512 + i / 8]).collect();
+        assert_eq!(outs[1].to_f64_vec(), vt);
     }
 }

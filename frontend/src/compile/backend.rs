@@ -105,6 +105,18 @@ pub(crate) trait Executable: Send + Sync {
         Ok((self.run(inputs)?, vec![false; donate.len()]))
     }
 
+    /// Runs like [`Executable::run_donating`] as the only reader of its lent inputs
+    /// (`CpuTensor::from_foreign_lent`): the backend may let go of each once its last
+    /// reader has run. The caller must not read a lent input after the call. By default
+    /// nothing is let go of before the call ends.
+    fn run_releasing_lent(
+        &self,
+        inputs: &[&CpuTensor],
+        donate: &[(usize, usize)],
+    ) -> Result<(Vec<CpuTensor>, Vec<bool>)> {
+        self.run_donating(inputs, donate)
+    }
+
     /// The tiers of the generated CPU kernels' specialisations compiled so far (none for
     /// backends without tiers).
     fn kernel_tiers(&self) -> Vec<KernelTier> {
@@ -414,6 +426,16 @@ impl Executable for CpuExecutable {
     ) -> Result<(Vec<CpuTensor>, Vec<bool>)> {
         self.plan
             .run_donating(inputs, donate)
+            .map_err(|e| self.error(e))
+    }
+
+    fn run_releasing_lent(
+        &self,
+        inputs: &[&CpuTensor],
+        donate: &[(usize, usize)],
+    ) -> Result<(Vec<CpuTensor>, Vec<bool>)> {
+        self.plan
+            .run_releasing_lent(inputs, donate)
             .map_err(|e| self.error(e))
     }
 

@@ -792,8 +792,10 @@ fn run_whole<O: TensorOutputs>(
         None => {
             let refs: Vec<&CpuTensor> = inputs.iter().map(|t| t.real()).collect::<Result<_>>()?;
             // updates computed into their tensors' memory where the backend can: no
-            // buffer for the new value, no copy back
-            let (outs, donated) = exe.run_donating(&refs, &effects.writes)?;
+            // buffer for the new value, no copy back; the one plan of the call reads the
+            // arguments, so it may let go of lent ones after their last reader (only the
+            // updated ones are read after it, and those are not let go of)
+            let (outs, donated) = exe.run_releasing_lent(&refs, &effects.writes)?;
             (outs.into_iter().map(Tensor::from_cpu).collect(), donated)
         }
     };
