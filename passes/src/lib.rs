@@ -17,6 +17,7 @@ pub mod fused;
 pub mod grad;
 pub mod greedy;
 pub mod joint;
+mod kernel_order;
 mod log;
 pub mod memory;
 pub mod optimize;
