@@ -24,6 +24,7 @@ pub mod host_team;
 mod iter;
 mod kernels;
 mod pack_cache;
+mod pages;
 pub mod pool;
 mod pool_sync;
 #[cfg(test)]
